@@ -1,0 +1,1 @@
+"""The ``skilldesk`` command line: one command, subcommands in modules of this package."""
