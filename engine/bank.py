@@ -25,8 +25,16 @@ from pathlib import Path
 
 from . import skillfile
 from .errors import ConflictError, NotFoundError, ReadOnlyError, SkillFormatError, UnsafePathError
-from .fsutil import (atomic_write, check_component, ensure_inside, file_hash, path_lock,
-                     safe_join, sha256_bytes, slugify)
+from .fsutil import (
+    atomic_write,
+    check_component,
+    ensure_inside,
+    file_hash,
+    path_lock,
+    safe_join,
+    sha256_bytes,
+    slugify,
+)
 from .history import History
 from .skill import Skill, bump_version, now_iso, parse_version
 
@@ -47,7 +55,8 @@ class LoadResult:
 
 
 def _semver(v: str) -> str:
-    return "%d.%d.%d" % parse_version(v)
+    major, minor, patch = parse_version(v)
+    return f"{major}.{minor}.{patch}"
 
 
 class SkillBank:

@@ -12,7 +12,7 @@ from skills_ref.validator import validate as spec_validate
 
 from engine import skillfile
 from engine.bank import SkillBank
-from engine.errors import (ConflictError, ReadOnlyError, SkillFormatError, UnsafePathError)
+from engine.errors import ConflictError, ReadOnlyError, SkillFormatError, UnsafePathError
 from engine.fsutil import slugify
 from engine.skill import Skill
 from engine.transfer import export_skills, import_skills

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"load": rows, "crash": crash_rep.__dict__ if crash_rep else None}))
         return 0
-    print("Bank load (fresh process per run, best of %d; page cache warm)" % args.runs)
+    print(f"Bank load (fresh process per run, best of {args.runs}; page cache warm)")
     print(f"{'skills':>8} {'loaded':>8} {'errors':>7} {'seconds':>8} {'ms/1k':>7} {'peak RSS MB':>12}")
     for r in rows:
         print(f"{r['n']:>8} {r['skills']:>8} {r['errors']:>7} {r['seconds']:>8.3f} "
