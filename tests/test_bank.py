@@ -252,3 +252,12 @@ def test_disk_full_leaves_the_old_file_intact(bank_dir, monkeypatch):
     monkeypatch.undo()
     assert s.path.read_bytes() == before
     assert [p.name for p in s.path.parent.iterdir()] == ["SKILL.md"]
+
+
+def test_shipped_starter_skills_are_valid():
+    from engine.settings import DEFAULT_BANK
+
+    res = SkillBank(DEFAULT_BANK, create=False).load(None, "common")
+    assert len(res.skills) >= 4 and res.errors == []
+    for s in res.skills:
+        assert spec_validate(s.path.parent) == [], s.path
