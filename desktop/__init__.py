@@ -1,0 +1,1 @@
+"""SkillDesk desktop app (PySide6): presentation over the Qt-free engine. Entry: desktop.app.run_app."""

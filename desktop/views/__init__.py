@@ -1,0 +1,1 @@
+"""Widgets of the SkillDesk window (presentation only; the engine does the work)."""

@@ -1,0 +1,173 @@
+"""The selected skill: rendered with its metadata, its version history (diff, revert), its files.
+
+"Open in editor" uses the configured editor command (``{path}`` is replaced; without it the path
+is appended) or the desktop's default application for Markdown files.
+"""
+
+from __future__ import annotations
+
+import html
+import shlex
+from pathlib import Path
+
+from PySide6.QtCore import QProcess, Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QSizePolicy,
+    QTabWidget,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.bank import SkillBank
+from engine.errors import SkillDeskError
+from engine.skill import Skill
+
+from .. import markdown, theme
+from ..workers import run_async
+from .history import HistoryTab
+
+
+def open_in_editor(path: str | Path, command: str = "") -> str:
+    """Launch the user's editor on ``path``; returns a message for the status bar."""
+    path = str(path)
+    if command.strip():
+        parts = shlex.split(command)
+        args = [p.replace("{path}", path) for p in parts]
+        if not any("{path}" in p for p in parts):
+            args.append(path)
+        ok = QProcess.startDetached(args[0], args[1:])[0]
+        return f"Opened in {args[0]}" if ok else f"Could not start editor command: {args[0]}"
+    ok = QDesktopServices.openUrl(QUrl.fromLocalFile(path))
+    return "Opened in your default editor" if ok else (
+        "No default application for .md files: set an editor command in Settings")
+
+
+def skill_html(skill: Skill) -> str:
+    c = theme.colors()
+    rows = [("Name", skill.name), ("Version", skill.version), ("Level", skill.level),
+            ("Scope", f"{skill.scope} · {skill.owner}"), ("Tags", ", ".join(skill.tags)),
+            ("Triggers", "; ".join(skill.triggers)), ("Source", skill.source),
+            ("Created", skill.created), ("Updated", skill.updated), ("Id", skill.id)]
+    meta = "".join(
+        f'<tr><td style="color:{c["muted"]}; padding-right:10px;">{k}</td>'
+        f"<td>{html.escape(str(v))}</td></tr>" for k, v in rows if v)
+    body = markdown.render(skill.instructions or "").html
+    return (f"<h2>{html.escape(skill.display_name)}</h2>"
+            f'<p style="color:{c["muted"]};">{html.escape(skill.description)}</p>'
+            f'<table cellspacing="0" cellpadding="2">{meta}</table><hr>{body}')
+
+
+class SkillDetail(QWidget):
+    """Emits ``changed(path)`` after a revert, and ``status(text)`` for the status bar."""
+
+    changed = Signal(str)
+    status = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.bank: SkillBank | None = None
+        self.skill: Skill | None = None
+        self.editor_command = ""
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(6)
+        self.title = QLabel("Select a skill", objectName="PanelTitle")
+        self.title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        lay.addWidget(self.title)
+        head = QHBoxLayout()
+        self.info = QLabel(objectName="Hint")
+        self.info.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.open_btn = QPushButton(theme.icon("open"), "Open in editor")
+        self.open_btn.clicked.connect(self.open_editor)
+        self.folder_btn = QPushButton(theme.icon("folder"), "Folder")
+        self.folder_btn.clicked.connect(self.open_folder)
+        head.addWidget(self.info, 1)
+        head.addWidget(self.folder_btn)
+        head.addWidget(self.open_btn)
+        lay.addLayout(head)
+        self.tabs = QTabWidget()
+        self.view = QTextBrowser(objectName="SkillView")
+        self.view.setOpenLinks(False)
+        self.history = HistoryTab()
+        self.history.revert_requested.connect(self.revert)
+        self.files = QListWidget()
+        self.files.itemActivated.connect(
+            lambda it: open_in_editor(it.data(Qt.ItemDataRole.UserRole), self.editor_command))
+        self.tabs.addTab(self.view, "Skill")
+        self.tabs.addTab(self.history, "History")
+        self.tabs.addTab(self.files, "Files")
+        lay.addWidget(self.tabs, 1)
+        self.show_skill(None)
+
+    def show_skill(self, skill: Skill | None) -> None:
+        self.skill = skill
+        has = skill is not None
+        for w in (self.open_btn, self.folder_btn, self.tabs):
+            w.setEnabled(has)
+        if skill is None:
+            self.title.setText("Select a skill")
+            self.info.setText("")
+            self.view.setHtml("")
+            self.history.show_versions(None, None)
+            self.files.clear()
+            return
+        scope = "shared" if skill.scope == "common" else "yours"
+        self.info.setToolTip(f"{skill.scope}/{skill.owner}: {skill.path}")
+        self.title.setText(skill.display_name)
+        self.info.setText(f"v{skill.version}  ·  {skill.level}  ·  {scope}")
+        self.view.setHtml(skill_html(skill))
+        self.history.show_versions(self.bank, skill)
+        self.files.clear()
+        if skill.dir is not None:
+            for rel in [skill.path.name, *skill.resources]:
+                item = QListWidgetItem(theme.icon("skill"), rel)
+                item.setData(Qt.ItemDataRole.UserRole, str(skill.dir / rel))
+                self.files.addItem(item)
+
+    def reload(self) -> None:
+        """Re-read the shown skill from disk (after a hand edit, a merge or a revert)."""
+        if self.skill is None or self.bank is None or self.skill.path is None:
+            return
+        try:
+            self.show_skill(self.bank.read(self.skill.path))
+        except (SkillDeskError, OSError) as exc:
+            self.status.emit(f"{self.skill.path}: {exc}")
+            if not Path(self.skill.path).exists():
+                self.show_skill(None)
+
+    def open_editor(self) -> None:
+        if self.skill is not None and self.skill.path is not None:
+            self.status.emit(open_in_editor(self.skill.path, self.editor_command))
+
+    def open_folder(self) -> None:
+        if self.skill is not None and self.skill.dir is not None:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.skill.dir)))
+
+    def revert(self, version: str) -> None:
+        if self.skill is None or self.bank is None:
+            return
+        bank, skill = self.bank, self.skill
+        self.history.setEnabled(False)
+
+        def done(new: Skill) -> None:
+            self.history.setEnabled(True)
+            self.status.emit(f"Reverted {new.display_name} to the content of v{version} "
+                             f"(now v{new.version})")
+            if self.skill is not None and self.skill.path == new.path:
+                self.show_skill(bank.read(new.path))
+            self.changed.emit(str(new.path))
+
+        def failed(message: str) -> None:
+            self.history.setEnabled(True)
+            self.status.emit(f"Revert failed: {message}")
+            self.reload()
+
+        run_async(lambda: bank.revert(skill, version), done, failed)

@@ -1,0 +1,225 @@
+"""The skill tree: Users/<user> and Common/<library>, grouped by level and tag, with a filter.
+
+Skills are loaded off the GUI thread (``SkillBank.load`` in the pool) and the tree is rebuilt
+from the list; expansion and selection survive a rebuild. Icons mark skills that are new or
+recently merged (in the last day, or in this session's learning events) and hand-edited ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine.bank import SkillBank
+from engine.skill import LEVELS, Skill
+
+from .. import theme
+
+PATH_ROLE = Qt.ItemDataRole.UserRole
+GROUP_ROLE = Qt.ItemDataRole.UserRole + 1
+RECENT_S = 24 * 3600
+
+
+def _age_s(stamp: str) -> float:
+    try:
+        return time.time() - datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError):
+        return float("inf")
+
+
+def badge(skill: Skill, session_marks: dict[str, str]) -> str:
+    """``new`` | ``merged`` | ``edited`` | ``""`` for a skill's icon."""
+    mark = session_marks.get(skill.id) or session_marks.get(str(skill.path))
+    if mark in ("add", "new"):
+        return "new"
+    if mark == "merge":
+        return "merged"
+    if skill.scope == "user":
+        if skill.source in ("extracted", "") and _age_s(skill.created) < RECENT_S:
+            return "new"
+        if skill.source == "merged" and _age_s(skill.updated) < RECENT_S:
+            return "merged"
+        if skill.source == "user-edit" and _age_s(skill.updated) < RECENT_S:
+            return "edited"
+    return ""
+
+
+def matches(skill: Skill, needle: str) -> bool:
+    if not needle:
+        return True
+    hay = " ".join([skill.title, skill.name, skill.description, skill.level, *skill.tags,
+                    *skill.triggers]).casefold()
+    return all(word in hay for word in needle.casefold().split())
+
+
+class SkillTree(QWidget):
+    """Emits ``selected(path)`` when a skill is chosen."""
+
+    selected = Signal(str)
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.skills: list[Skill] = []
+        self.user = "default"
+        self.session_marks: dict[str, str] = {}
+        self._expanded: set[str] = set()
+        self._first = True
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(6)
+        head = QHBoxLayout()
+        self.title = QLabel("Skills", objectName="PanelTitle")
+        self.count_label = QLabel(objectName="Hint")
+        head.addWidget(self.title)
+        head.addStretch(1)
+        head.addWidget(self.count_label)
+        lay.addLayout(head)
+        self.filter = QLineEdit(placeholderText="Filter skills (name, tag, trigger)…")
+        self.filter.setClearButtonEnabled(True)
+        self.filter.textChanged.connect(self.rebuild)
+        lay.addWidget(self.filter)
+        self.tree = QTreeWidget()
+        self.tree.setColumnCount(2)
+        self.tree.setHeaderHidden(True)
+        self.tree.header().setStretchLastSection(False)
+        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.setUniformRowHeights(True)
+        self.tree.currentItemChanged.connect(self._on_current)
+        self.tree.itemExpanded.connect(lambda it: self._expanded.add(it.data(0, GROUP_ROLE)))
+        self.tree.itemCollapsed.connect(lambda it: self._expanded.discard(it.data(0, GROUP_ROLE)))
+        lay.addWidget(self.tree, 1)
+
+    # ------------------------------------------------------------------ data
+    @staticmethod
+    def load(bank: SkillBank, user: str) -> list[Skill]:
+        """Runs in the pool."""
+        return bank.load(user).skills
+
+    def set_skills(self, skills: list[Skill], user: str) -> None:
+        self.skills = skills
+        self.user = user
+        self.rebuild()
+
+    def mark(self, key: str, kind: str) -> None:
+        self.session_marks[key] = kind
+
+    def find(self, path: str) -> Skill | None:
+        for s in self.skills:
+            if str(s.path) == path:
+                return s
+        return None
+
+    # ------------------------------------------------------------------ view
+    def _group(self, parent, key: str, text: str, icon: str) -> QTreeWidgetItem:
+        item = QTreeWidgetItem(parent, [text, ""])
+        item.setIcon(0, theme.icon(icon))
+        item.setData(0, GROUP_ROLE, key)
+        item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsSelectable)
+        return item
+
+    def _fill(self, root: QTreeWidgetItem, key: str, skills: list[Skill]) -> None:
+        by_level: dict[str, dict[str, list[Skill]]] = defaultdict(lambda: defaultdict(list))
+        for s in skills:
+            by_level[s.level][s.tags[0] if s.tags else "untagged"].append(s)
+        for level in [lv for lv in LEVELS if lv in by_level]:
+            tags = by_level[level]
+            n = sum(len(v) for v in tags.values())
+            lv_item = self._group(root, f"{key}/{level}", f"{level.capitalize()} ({n})", "level")
+            for tag in sorted(tags, key=lambda t: (t == "untagged", t.casefold())):
+                group = tags[tag]
+                tag_item = self._group(lv_item, f"{key}/{level}/{tag}", f"{tag} ({len(group)})",
+                                       "tag")
+                for s in sorted(group, key=lambda s: s.display_name.casefold()):
+                    item = QTreeWidgetItem(tag_item, [s.display_name, f"v{s.version}"])
+                    item.setData(0, PATH_ROLE, str(s.path))
+                    mark = badge(s, self.session_marks)
+                    item.setIcon(0, theme.icon(mark or ("common" if s.scope == "common"
+                                                        else "skill")))
+                    tip = f"<b>{s.display_name}</b> v{s.version}<br>{s.description}"
+                    if mark:
+                        tip += f"<br><i>{mark}</i>"
+                    item.setToolTip(0, tip)
+
+    def rebuild(self) -> None:
+        current = self.current_path()
+        needle = self.filter.text().strip()
+        shown = [s for s in self.skills if matches(s, needle)]
+        self.tree.setUpdatesEnabled(False)
+        self.tree.clear()
+        mine = [s for s in shown if s.scope == "user"]
+        root_key = f"Users/{self.user}"
+        top = self._group(self.tree, root_key, f"Users/{self.user} ({len(mine)})", "user")
+        self._fill(top, root_key, mine)
+        libs: dict[str, list[Skill]] = defaultdict(list)
+        for s in shown:
+            if s.scope == "common":
+                libs[s.owner].append(s)
+        for lib in sorted(libs):
+            key = f"Common/{lib}"
+            item = self._group(self.tree, key, f"Common/{lib} ({len(libs[lib])})", "common")
+            self._fill(item, key, libs[lib])
+        if self._first and self.skills:
+            self._expanded |= {root_key, *(f"Common/{lib}" for lib in libs)}
+            self._first = False
+        self._restore_expansion(needle)
+        total = len(self.skills)
+        self.count_label.setText(f"{len(shown)} of {total}" if needle else f"{total} skills")
+        self.tree.setUpdatesEnabled(True)
+        if current:
+            self.select_path(current, emit=False)
+
+    def _restore_expansion(self, needle: str) -> None:
+        stack = [self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())]
+        while stack:
+            item = stack.pop()
+            key = item.data(0, GROUP_ROLE)
+            if key is not None and (needle or key in self._expanded):
+                item.setExpanded(True)
+            stack += [item.child(i) for i in range(item.childCount())]
+
+    def items(self) -> list[QTreeWidgetItem]:
+        out, stack = [], [self.tree.topLevelItem(i) for i in range(self.tree.topLevelItemCount())]
+        while stack:
+            item = stack.pop(0)
+            if item.data(0, PATH_ROLE):
+                out.append(item)
+            stack += [item.child(i) for i in range(item.childCount())]
+        return out
+
+    def current_path(self) -> str:
+        item = self.tree.currentItem()
+        return item.data(0, PATH_ROLE) or "" if item else ""
+
+    def select_path(self, path: str, emit: bool = True) -> bool:
+        target = str(Path(path))
+        for item in self.items():
+            if item.data(0, PATH_ROLE) == target:
+                parent = item.parent()
+                while parent is not None:
+                    parent.setExpanded(True)
+                    parent = parent.parent()
+                self.tree.blockSignals(not emit)
+                self.tree.setCurrentItem(item)
+                self.tree.blockSignals(False)
+                self.tree.scrollToItem(item)
+                return True
+        return False
+
+    def _on_current(self, item: QTreeWidgetItem | None, _prev) -> None:
+        if item is not None and item.data(0, PATH_ROLE):
+            self.selected.emit(item.data(0, PATH_ROLE))

@@ -1,0 +1,106 @@
+"""Desktop app, learning side, on the real bundled model: the activity log and state line, the
+toast on a learned skill with Show and Undo, pause per chat and everywhere."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+pytest.importorskip("pytestqt")
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import QSettings  # noqa: E402
+
+from engine.settings import Settings  # noqa: E402
+
+pytestmark = pytest.mark.model
+PREFERENCE_CHAT = [
+    {"role": "user", "content": "From now on, always start summaries with a one-line TL;DR."},
+    {"role": "assistant", "content": "Understood: TL;DR first."},
+    {"role": "user", "content": "Summarize: the release moved to Friday because QA found a bug. "
+                                "Remember, TL;DR line first, always."},
+    {"role": "assistant", "content": "TL;DR: release on Friday.\nQA found a bug, so it moved."},
+]
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, bank_dir, bundled_model_path):
+    from desktop.app import create_window
+
+    settings = Settings(bank=str(bank_dir))
+    settings.model.model = str(bundled_model_path)
+    settings.model.n_threads = 2
+    settings.model.n_ctx = 1024
+    settings.save()
+    qs = QSettings(str(tmp_path / "qt.ini"), QSettings.Format.IniFormat)
+    w = create_window(None, settings, qs)
+    w.session.chat.max_tokens = 12
+    qtbot.addWidget(w)
+    w.show()
+    with qtbot.waitSignal(w.session.engine_ready, timeout=180_000):
+        pass
+    return w
+
+
+def test_learned_skill_toast_show_and_undo(window, qtbot):
+    w = window
+    events = []
+    w.session.learning_event.connect(events.append)
+    w.session.desk.evolution.submit(PREFERENCE_CHAT)
+    qtbot.waitUntil(lambda: any(e.kind == "done" for e in events), timeout=300_000)
+    kinds = [e.kind for e in events]
+    assert kinds[:2] == ["queued", "running"]
+    added = [e for e in events if e.kind in ("add", "merge")]
+    if not added:
+        pytest.skip(f"the tiny model learned nothing from this chat this time: {kinds}")
+    ev = added[0]
+    # a log row, a toast with Show and Undo, a "new" mark in the tree
+    rows = [w.learning.log.item(i).text() for i in range(w.learning.log.count())]
+    assert any((ev.title or ev.skill_name) in r for r in rows), rows
+    assert w.toast.isVisible() and w.toast.undo_btn.isVisible() and w.toast.show_btn.isVisible()
+    assert "Learned a new skill" in w.toast.label.text()
+    qtbot.waitUntil(lambda: any(it.data(0, 0x0100) == ev.path for it in w.tree.items()),
+                    timeout=10_000)
+    assert w.tree.session_marks.get(ev.skill_id) == "add"
+    w.toast.show_btn.click()
+    assert w.detail.skill is not None and str(w.detail.skill.path) == ev.path
+    # Undo (from the toast, as a user would): the new skill goes to the trash
+    w.toast.payload = ("event", ev)
+    w.toast.show()
+    w.toast.undo_btn.click()
+    qtbot.waitUntil(lambda: not os.path.exists(ev.path), timeout=30_000)
+    qtbot.waitUntil(lambda: all(it.data(0, 0x0100) != ev.path for it in w.tree.items()),
+                    timeout=10_000)
+    qtbot.waitUntil(lambda: any(e.kind == "undo" for e in events), timeout=10_000)
+    assert any("(undone)" in w.learning.log.item(i).text() for i in range(w.learning.log.count()))
+    trash = w.session.bank.trash_dir
+    assert any(trash.iterdir())  # recoverable, never deleted
+
+
+def test_pause_per_chat_and_everywhere(window, qtbot):
+    w = window
+    queue = w.session.desk.evolution
+    events = []
+    w.session.learning_event.connect(events.append)
+    # per chat: this conversation never reaches the learning queue
+    w.chat.learn_box.setChecked(False)
+    w.chat.input.setPlainText("From now on always answer in French.")
+    w.chat.send_btn.click()
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=180_000)
+    qtbot.wait(300)
+    assert not [e for e in events if e.kind == "queued"]
+    assert w.session.store.get(w.controller.cid).learning_paused
+    # on again for this chat → the next turn is queued
+    w.chat.learn_box.setChecked(True)
+    w.chat.input.setPlainText("Again: always answer in French.")
+    w.chat.send_btn.click()
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=180_000)
+    qtbot.waitUntil(lambda: any(e.kind == "queued" for e in events), timeout=10_000)
+    # everywhere: the queue pauses, and the status bar says so
+    w.learning.pause_box.setChecked(True)
+    assert queue.paused
+    w.update_learning_state()
+    assert w.learn_button.text() == "Learning: paused"
+    w.learning.pause_box.setChecked(False)
+    assert not queue.paused
