@@ -29,6 +29,7 @@ from . import theme
 from .chat_controller import ChatController
 from .session import Session
 from .views.chat import ChatView
+from .views.consolidate_dialog import ConsolidateDialog
 from .views.conversations import ConversationsPanel
 from .views.learning import LearningPanel, Toast
 from .views.skill_detail import SkillDetail
@@ -68,6 +69,7 @@ class MainWindow(QMainWindow):
         self.split.setChildrenCollapsible(False)
         self.setCentralWidget(self.split)
         self.toast = Toast(self.chat)
+        self.consolidate_dialog: ConsolidateDialog | None = None
 
         self.controller = ChatController(session.store, session.chat, self.chat,
                                          learn_default=lambda: self.session.settings.learning,
@@ -107,6 +109,8 @@ class MainWindow(QMainWindow):
         self._action(v, "Light theme", lambda: self.set_theme("light"))
         self._action(v, "Dark theme", lambda: self.set_theme("dark"))
         self._action(v, "Reload skills", self.reload_skills, QKeySequence("F5"))
+        v.addSeparator()
+        self.consolidate_action = self._action(v, "Consolidate skills…", self.open_consolidate)
         h = self.menuBar().addMenu("&Help")
         self._action(h, "Welcome", lambda: self.session.show_welcome(self))
 
@@ -131,6 +135,7 @@ class MainWindow(QMainWindow):
         c.live_speed.connect(lambda r: self.speed_label.setText(f"{r:.1f} tok/s"))
         self.chat.skill_link.connect(self.show_skill)
         self.tree.selected.connect(self._on_tree_selected)
+        self.tree.consolidate_requested.connect(self.open_consolidate)
         self.detail.status.connect(lambda t: self.statusBar().showMessage(t, 6000))
         self.detail.changed.connect(lambda p: s.skills_changed([p]))
         self.learning.show_skill.connect(self.show_skill)
@@ -200,6 +205,24 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ skills
     def reload_skills(self) -> None:
         self.session.load_skills()
+
+    def open_consolidate(self) -> ConsolidateDialog:
+        """The consolidation dialog (one per window: an applied merge keeps its Undo button)."""
+        dlg = self.consolidate_dialog
+        if dlg is None:
+            dlg = self.consolidate_dialog = ConsolidateDialog(self.session, self)
+            dlg.bank_changed.connect(self._on_consolidated)
+        dlg.show()
+        dlg.raise_()
+        dlg.activateWindow()
+        if not dlg.busy and dlg.record is None:
+            dlg.compute()
+        return dlg
+
+    def _on_consolidated(self, paths: list) -> None:
+        self.session.load_skills()
+        if paths:
+            self.session.files_changed.emit(list(paths))
 
     def _on_skills_loaded(self, skills: list) -> None:
         self.tree.set_skills(skills, self.session.settings.user)

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QToolButton,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -67,9 +68,11 @@ def matches(skill: Skill, needle: str) -> bool:
 
 
 class SkillTree(QWidget):
-    """Emits ``selected(path)`` when a skill is chosen."""
+    """Emits ``selected(path)`` when a skill is chosen, ``consolidate_requested()`` from the
+    header's Consolidate button."""
 
     selected = Signal(str)
+    consolidate_requested = Signal()
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -87,6 +90,12 @@ class SkillTree(QWidget):
         head.addWidget(self.title)
         head.addStretch(1)
         head.addWidget(self.count_label)
+        self.consolidate_btn = QToolButton(icon=theme.icon("merged"), text="Consolidate…")
+        self.consolidate_btn.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.consolidate_btn.setAutoRaise(True)
+        self.consolidate_btn.setToolTip("Merge near-duplicate skills and flag junk (undoable)")
+        self.consolidate_btn.clicked.connect(self.consolidate_requested)
+        head.addWidget(self.consolidate_btn)
         lay.addLayout(head)
         self.filter = QLineEdit(placeholderText="Filter skills (name, tag, trigger)…")
         self.filter.setClearButtonEnabled(True)
