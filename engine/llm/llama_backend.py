@@ -1,0 +1,309 @@
+"""The local backend: llama-cpp-python on a GGUF file (:class:`LlamaCppBackend`).
+
+How it runs a turn:
+
+- the prompt is rendered with the chat template from the GGUF metadata (the same Jinja
+  formatter llama-cpp-python builds when ``chat_format`` is None), then tokenized once;
+- when prompt + ``max_tokens`` exceed the context, the oldest turns are trimmed with a visible
+  note (:mod:`engine.llm.context`) and ``ChatResult.trimmed_messages`` says how many;
+- tokens come from ``Llama.generate`` one at a time. ``generate`` keeps the KV cache of the
+  longest prefix shared with the previous call, so a stable system prompt / skill block is
+  evaluated once (``ChatResult.cached_tokens``). The cancel token is checked after every token,
+  before the next one is decoded: Stop takes effect within one token, and closing the generator
+  leaves ``Llama`` consistent (the next call just reuses the valid prefix);
+- ``structured`` adds a grammar compiled from the JSON schema (llama.cpp constrained decoding),
+  then validates with jsonschema.
+
+Not thread-safe: one :class:`~engine.llm.worker.ModelWorker` owns each instance.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+from ..errors import Cancelled, ModelError, StructuredOutputError
+from .base import CancelToken, ChatResult, GenParams, Message, Usage
+from .context import fit_messages
+from .grammar import schema_to_gbnf
+from .registry import ModelSpec
+from .structured import check_schema, parse_and_validate
+
+MIN_REPLY_TOKENS = 16  # when the prompt barely fits, still leave room for this many tokens
+
+
+def default_threads() -> int:
+    """Physical-ish core count: all CPUs we may use, halved on SMT machines with > 4."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        n = os.cpu_count() or 2
+    return max(1, n // 2 if n > 4 else n)
+
+
+class LlamaCppBackend:
+    """A GGUF model loaded with llama-cpp-python; implements :class:`~engine.llm.base.LLMBackend`."""
+
+    def __init__(self, spec: ModelSpec, n_threads: int | None = None, n_ctx: int | None = None,
+                 n_threads_batch: int | None = None, n_batch: int = 512, seed: int | None = None,
+                 **llama_kwargs: Any):
+        info = spec.check()  # a clear ModelError before llama.cpp sees a bad file
+        try:
+            import llama_cpp
+            from llama_cpp import llama_chat_format
+        except ImportError as exc:  # pragma: no cover - the venv always has it
+            raise ModelError(f"llama-cpp-python is not installed ({exc}); run scripts/setup.sh "
+                             f"or use an OpenAI-compatible server") from exc
+        self._lc = llama_cpp
+        self.spec = spec
+        self.name = spec.title
+        self.n_threads = int(n_threads or default_threads())
+        self.n_threads_batch = int(n_threads_batch or self.n_threads)
+        n_ctx = int(n_ctx or spec.n_ctx)
+        if info.context_length:
+            n_ctx = min(n_ctx, info.context_length)
+        use_gguf = spec.chat_template in ("", "gguf")
+        try:
+            self.llm = llama_cpp.Llama(
+                model_path=str(spec.path), n_ctx=n_ctx, n_batch=n_batch,
+                n_threads=self.n_threads, n_threads_batch=self.n_threads_batch,
+                seed=seed if seed is not None else llama_cpp.LLAMA_DEFAULT_SEED,
+                chat_format=None if use_gguf else spec.chat_template,
+                verbose=False, **llama_kwargs)
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelError(f"{spec.path}: llama.cpp could not load the model ({exc})") from exc
+        self._formatter = self._make_formatter(llama_chat_format, use_gguf)
+        self._vocab = self.llm._model.vocab
+        self._grammars: dict[str, Any] = {}
+        self.last_result: ChatResult | None = None
+        self.structured_retries = 0  # answers cut off by max_tokens and asked again
+
+    # --- the prompt -------------------------------------------------------------------------
+    def _make_formatter(self, lcf: Any, use_gguf: bool) -> Any:
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        if use_gguf and template:
+            eos, bos = self.llm.token_eos(), self.llm.token_bos()
+            model = self.llm._model
+            return lcf.Jinja2ChatFormatter(
+                template=template,
+                eos_token=model.token_get_text(eos) if eos != -1 else "",
+                bos_token=model.token_get_text(bos) if bos != -1 else "",
+                stop_token_ids=[eos])
+        name = self.llm.chat_format if not use_gguf else "chatml"
+        for attr in (f"format_{name}", f"format_{name.replace('-', '_')}",
+                     f"format_{name.replace('-', '')}"):
+            if callable(getattr(lcf, attr, None)):
+                return getattr(lcf, attr)
+        raise ModelError(f"{self.spec.path}: no chat template in the file and no built-in "
+                         f"format named '{name}'; set chat_template in models/registry.json")
+
+    def _render(self, messages: list[Message]) -> tuple[list[int], list[str]]:
+        """Prompt tokens and the template's stop strings for ``messages``."""
+        try:
+            result = self._formatter(messages=messages)
+        except Exception as exc:  # jinja errors, raise_exception() in templates
+            raise ModelError(f"{self.name}: the chat template rejected the messages ({exc})") \
+                from exc
+        tokens = self.llm.tokenize(result.prompt.encode("utf-8"),
+                                   add_bos=not result.added_special, special=True)
+        stops = result.stop if isinstance(result.stop, list) else [result.stop]
+        return tokens, [s for s in stops if s]
+
+    def prompt_tokens(self, messages: list[Message]) -> int:
+        return len(self._render(messages)[0])
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    @property
+    def context_length(self) -> int:
+        return self.llm.n_ctx()
+
+    def _fit(self, messages: list[Message], max_tokens: int) -> tuple[list[int], list[str], int,
+                                                                         int]:
+        """(prompt tokens, stop strings, trimmed count, max new tokens) that fit the context."""
+        n_ctx = self.context_length
+        reserve = max(MIN_REPLY_TOKENS, min(max_tokens, n_ctx // 2))
+        tokens, stops = self._render(messages)
+        n_trimmed = 0
+        if len(tokens) > n_ctx - reserve:  # the common case renders once; trimming searches
+            msgs, n_trimmed, _ = fit_messages(messages, self.prompt_tokens, n_ctx - reserve)
+            tokens, stops = self._render(msgs)
+        if len(tokens) > n_ctx - MIN_REPLY_TOKENS:
+            raise ModelError(f"the message is too long for {self.name}: {len(tokens)} tokens, "
+                             f"and the context holds {n_ctx}; shorten it or pick a "
+                             f"longer-context model")
+        return tokens, stops, n_trimmed, min(max_tokens, n_ctx - len(tokens))
+
+    # --- generation -------------------------------------------------------------------------
+    def _sampling(self, params: GenParams) -> dict[str, Any]:
+        d = self.spec.sampling
+        pick = lambda v, k, default: v if v is not None else d.get(k, default)  # noqa: E731
+        return {"temp": float(pick(params.temperature, "temperature", 0.7)),
+                "top_p": float(pick(params.top_p, "top_p", 0.9)),
+                "top_k": int(pick(params.top_k, "top_k", 40)),
+                "repeat_penalty": float(pick(params.repeat_penalty, "repeat_penalty", 1.1))}
+
+    def stream_chat(self, messages: list[Message], params: GenParams | None = None,
+                    cancel: CancelToken | None = None) -> Iterator[str]:
+        return self._generate(messages, params or GenParams(), cancel, grammar=None)
+
+    def _generate(self, messages: list[Message], params: GenParams, cancel: CancelToken | None,
+                  grammar: Any) -> Iterator[str]:
+        t0 = time.perf_counter()
+        max_tokens = params.max_tokens if params.max_tokens and params.max_tokens > 0 \
+            else self.context_length
+        prompt, stops, n_trimmed, max_new = self._fit(messages, max_tokens)
+        stops = [*params.stop, *stops]
+        llm = self.llm
+        cached = _common_prefix(llm.input_ids[:llm.n_tokens], prompt)
+        llm.set_seed(params.seed if params.seed is not None else random.getrandbits(31))
+        result = ChatResult(text="", usage=Usage(prompt_tokens=len(prompt)), finish_reason="length",
+                            trimmed_messages=n_trimmed, cached_tokens=min(cached, len(prompt) - 1))
+        self.last_result = result
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        parts: list[str] = []
+        pending = ""  # text held back because it may be the start of a stop string
+        n_gen, t_first, t_last = 0, None, None
+        gen = llm.generate(prompt, grammar=grammar, min_p=0.05, **self._sampling(params))
+        try:
+            if cancel is not None and cancel.cancelled:
+                result.finish_reason = "cancelled"
+                return
+            for token in gen:
+                now = time.perf_counter()
+                if cancel is not None and cancel.cancelled:
+                    result.finish_reason = "cancelled"
+                    break
+                if self._lc.llama_vocab_is_eog(self._vocab, token):
+                    result.finish_reason = "stop"
+                    break
+                t_first, t_last = t_first or now, now
+                n_gen += 1
+                pending += decoder.decode(llm.detokenize([token]))
+                emit, pending, hit = _split_stop(pending, stops)
+                if emit:
+                    if result.ttft_s is None:
+                        result.ttft_s = time.perf_counter() - t0
+                    parts.append(emit)
+                    yield emit
+                if hit:
+                    result.finish_reason = "stop"
+                    break
+                if n_gen >= max_new:
+                    break
+                if cancel is not None and cancel.cancelled:  # Stop pressed while we yielded
+                    result.finish_reason = "cancelled"
+                    break
+            else:
+                result.finish_reason = "stop"
+            tail = pending + decoder.decode(b"", final=True)
+            if tail and result.finish_reason != "cancelled" and not any(s in tail for s in stops):
+                parts.append(tail)
+                yield tail
+        except GeneratorExit:  # the consumer dropped the stream: same as Stop
+            result.finish_reason = "cancelled"
+            raise
+        except (RuntimeError, ValueError, OSError) as exc:
+            llm.reset()  # never leave a half-evaluated state behind
+            raise ModelError(f"{self.name}: generation failed ({exc})") from exc
+        finally:
+            gen.close()
+            result.text = "".join(parts)
+            result.usage.completion_tokens = n_gen
+            if t_first is not None and t_last is not None and n_gen > 1 and t_last > t_first:
+                result.decode_tps = (n_gen - 1) / (t_last - t_first)
+
+    def chat(self, messages: list[Message], params: GenParams | None = None,
+             cancel: CancelToken | None = None) -> ChatResult:
+        for _ in self.stream_chat(messages, params, cancel):
+            pass
+        assert self.last_result is not None
+        return self.last_result
+
+    def _grammar(self, schema: dict[str, Any]) -> Any:
+        from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar
+
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self._grammars:
+            try:
+                gbnf = schema_to_gbnf(schema)
+            except Exception:  # a schema feature the converter lacks: any JSON, then validate
+                gbnf = JSON_GBNF
+            if not self._grammar_ok(gbnf):  # never hand llama.cpp a grammar it rejects
+                gbnf = JSON_GBNF
+            self._grammars[key] = LlamaGrammar.from_string(gbnf, verbose=False)
+        return self._grammars[key]
+
+    def _grammar_ok(self, gbnf: str) -> bool:
+        """Whether llama.cpp parses ``gbnf`` (a NULL sampler would crash generation)."""
+        lc = self._lc
+        sampler = lc.llama_sampler_init_grammar(self._vocab, gbnf.encode("utf-8"), b"root")
+        if not sampler:
+            return False
+        lc.llama_sampler_free(sampler)
+        return True
+
+    def structured(self, messages: list[Message], schema: dict[str, Any],
+                   params: GenParams | None = None,
+                   cancel: CancelToken | None = None) -> dict[str, Any]:
+        """Grammar-constrained JSON, validated. An answer cut off by ``max_tokens`` (the grammar
+        guarantees every prefix is valid, not that it ends in time) is retried once with twice
+        the budget; the prompt is still in the KV cache, so only the answer is paid again."""
+        check_schema(schema)
+        params = params or GenParams()
+        grammar = self._grammar(schema)
+        for attempt in range(2):
+            for _ in self._generate(messages, params, cancel, grammar=grammar):
+                pass
+            result = self.last_result
+            assert result is not None
+            if result.finish_reason == "cancelled":
+                raise Cancelled("the structured call was stopped")
+            try:
+                return parse_and_validate(result.text, schema, result.finish_reason)
+            except StructuredOutputError as exc:
+                if attempt == 0 and result.finish_reason == "length":
+                    self.structured_retries += 1
+                    budget = max(params.max_tokens or 0, result.usage.completion_tokens)
+                    params = replace(params, max_tokens=2 * budget,
+                                     seed=None if params.seed is None else params.seed + 1)
+                    continue
+                raise StructuredOutputError(f"{self.name}: {exc}") from None
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.close()
+
+
+def _common_prefix(a: Any, b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _split_stop(text: str, stops: list[str]) -> tuple[str, str, bool]:
+    """Split ``text`` into (safe to emit, held back, stop string found)."""
+    if not stops:
+        return text, "", False
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    if cut >= 0:
+        return text[:cut], "", True
+    hold = 0
+    for s in stops:  # the longest tail of text that is a head of a stop string
+        for n in range(min(len(s) - 1, len(text)), hold, -1):
+            if text.endswith(s[:n]):
+                hold = n
+                break
+    return (text[:-hold], text[-hold:], False) if hold else (text, "", False)
