@@ -34,7 +34,7 @@ def home_dir() -> Path:
 @dataclass
 class RetrievalSettings:
     top_k: int = 3
-    threshold: float = 0.35  # η on the fused score (see engine/retrieval for the measurement)
+    threshold: float = 0.2  # η on the fused score (see engine/retrieval for the measurement)
     scope: str = "all"  # "user" | "common" | "all"
 
 
