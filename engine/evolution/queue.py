@@ -1,0 +1,290 @@
+"""``EvolutionQueue``: the background thread that learns from each finished chat turn.
+
+Jobs (a conversation snapshot) are queued after every turn and run one at a time through the
+:class:`~engine.evolution.pipeline.Pipeline`, whose model calls go to the ModelWorker at
+BACKGROUND priority, so a chat turn always goes first (and pre-empts a running call).
+
+Observable for the app: :meth:`state`, the event log (:attr:`events`, also appended to a JSONL
+file when ``log_path`` is given), :meth:`subscribe` callbacks (called on the queue's thread),
+:meth:`pause`/:meth:`resume` (takes effect between steps), :meth:`undo` per action, and
+:meth:`wait_idle`.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import Cancelled, NotFoundError, SkillDeskError
+from .events import Action, EvolutionEvent, EvolutionReport
+from .pipeline import Pipeline
+
+log = logging.getLogger("skilldesk.evolution")
+
+
+@dataclass
+class _Job:
+    id: str
+    messages: list[dict]
+    mode: str
+    turn_id: str | None
+    done: threading.Event = field(default_factory=threading.Event)
+    report: EvolutionReport | None = None
+
+
+class EvolutionQueue:
+    """One background learner per desk (bank + user)."""
+
+    def __init__(self, pipeline: Pipeline | Callable[[], Pipeline], *,
+                 log_path: str | Path | None = None, paused: bool = False):
+        self._pipeline_or_factory = pipeline
+        self._pipeline: Pipeline | None = pipeline if isinstance(pipeline, Pipeline) else None
+        self._cond = threading.Condition()
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._by_id: dict[str, _Job] = {}
+        self._running: _Job | None = None
+        self._done = 0
+        self._paused = paused
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._subscribers: list[Callable[[EvolutionEvent], Any]] = []
+        self._ids = itertools.count(1)
+        self._log_path = Path(log_path) if log_path else None
+        self.events: list[EvolutionEvent] = self._load_log()
+
+    # ------------------------------------------------------------------------ the pipeline
+    @property
+    def pipeline(self) -> Pipeline:
+        if self._pipeline is None:
+            self._pipeline = self._pipeline_or_factory()  # type: ignore[operator]
+        return self._pipeline
+
+    # ------------------------------------------------------------------------ submitting
+    def submit(self, messages: list[dict], turn_id: str | None = None,
+               mode: str = "turn") -> str:
+        """Queue a conversation snapshot; returns the job id (events carry it)."""
+        job = _Job(f"j{next(self._ids)}-{int(time.time() * 1000) % 10**8}",
+                   [dict(m) for m in messages], mode, turn_id)
+        if self._closed:
+            raise SkillDeskError("the evolution queue is closed")
+        # "queued" is announced before the thread can see the job (so it precedes "running")
+        self._emit(EvolutionEvent(self._event_id(), "queued", turn_id=turn_id, job_id=job.id))
+        with self._cond:
+            if self._closed:
+                raise SkillDeskError("the evolution queue is closed")
+            self._jobs.append(job)
+            self._by_id[job.id] = job
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="EvolutionQueue",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+        return job.id
+
+    def run(self, messages: list[dict], mode: str = "conversation", turn_id: str | None = None,
+            timeout: float | None = None) -> EvolutionReport:
+        """Queue a job and wait for its report (what ``SkillDesk.ingest`` uses)."""
+        job_id = self.submit(messages, turn_id, mode)
+        return self.result(job_id, timeout)
+
+    def result(self, job_id: str, timeout: float | None = None) -> EvolutionReport:
+        job = self._by_id.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no evolution job {job_id}")
+        if not job.done.wait(timeout):
+            raise TimeoutError(f"evolution job {job_id} not finished after {timeout} s")
+        return job.report or EvolutionReport(job_id=job_id)
+
+    # ------------------------------------------------------------------------ state
+    def state(self) -> dict[str, Any]:
+        with self._cond:
+            return {"queued": len(self._jobs), "running": int(self._running is not None),
+                    "done": self._done, "paused": self._paused}
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def pause(self) -> None:
+        with self._cond:
+            self._paused = True
+            self._cond.notify_all()
+
+    def resume(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """True once nothing is queued or running (False on timeout, e.g. while paused)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._jobs or self._running is not None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def subscribe(self, callback: Callable[[EvolutionEvent], Any]) -> Callable[[], None]:
+        with self._cond:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._cond:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        """Stop: queued jobs are dropped, a running model call is cancelled."""
+        with self._cond:
+            self._closed = True
+            dropped = list(self._jobs)
+            self._jobs.clear()
+            self._cond.notify_all()
+        for job in dropped:
+            job.done.set()
+        if self._pipeline is not None and self._pipeline.llm is not None:
+            self._pipeline.llm.cancel_all()
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    # ------------------------------------------------------------------------ undo
+    def undo(self, event_id: str) -> EvolutionEvent:
+        """Undo one add (the skill goes to the trash) or merge (the previous version returns)."""
+        ev = next((e for e in self.events if e.id == event_id), None)
+        if ev is None:
+            raise NotFoundError(f"no evolution event {event_id}")
+        if ev.kind not in ("add", "merge") or not ev.path:
+            raise SkillDeskError(f"a {ev.kind} event cannot be undone")
+        if ev.undone:
+            raise SkillDeskError(f"event {event_id} was already undone")
+        p = self.pipeline
+        skill = p.bank.read(ev.path)
+        if ev.kind == "add":
+            p.bank.delete(skill)
+            reason = f"undid add of {skill.title} (moved to the trash)"
+            version = skill.version
+        else:
+            if not ev.previous_version:
+                raise SkillDeskError(f"event {event_id} does not say which version to restore")
+            skill = p.bank.revert(skill, ev.previous_version)
+            reason = f"undid merge into {skill.title}: content of {ev.previous_version} restored"
+            version = skill.version
+        p._refresh(skill)
+        ev.undone = True
+        out = EvolutionEvent(self._event_id(), "undo", turn_id=ev.turn_id, job_id=ev.job_id,
+                             skill_id=skill.id, skill_name=skill.name, title=skill.title,
+                             path=str(ev.path), version=version, reason=reason, undoes=ev.id)
+        self._emit(out)
+        return out
+
+    # ------------------------------------------------------------------------ the thread
+    def _checkpoint(self) -> None:
+        """Called by the pipeline between steps: wait while paused, stop when closed."""
+        with self._cond:
+            while self._paused and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                raise Cancelled("evolution stopped")
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while (not self._jobs or self._paused) and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                job = self._jobs.popleft()
+                self._running = job
+            self._run_job(job)
+            with self._cond:
+                self._running = None
+                self._done += 1
+                self._cond.notify_all()
+            job.done.set()
+
+    def _run_job(self, job: _Job) -> None:
+        self._emit(EvolutionEvent(self._event_id(), "running", turn_id=job.turn_id,
+                                  job_id=job.id))
+        report = EvolutionReport(job_id=job.id)
+        t0 = time.perf_counter()
+        try:
+            pipeline = self.pipeline
+            pipeline.checkpoint = self._checkpoint
+            calls0 = pipeline.llm.stats.calls if pipeline.llm is not None else 0
+            report.actions = pipeline.run(job.messages, job.mode, job.turn_id)
+            report.llm_calls = (pipeline.llm.stats.calls - calls0) if pipeline.llm else 0
+        except Cancelled:
+            report.actions.append(Action("error", reason="stopped", step="queue"))
+        except Exception as exc:  # never let one bad job kill learning
+            log.exception("evolution job %s failed", job.id)
+            report.actions.append(Action("error", reason=f"{type(exc).__name__}: {exc}",
+                                         step="queue"))
+        report.seconds = time.perf_counter() - t0
+        job.report = report
+        for a in report.actions:
+            s = a.skill
+            self._emit(EvolutionEvent(
+                self._event_id(), a.kind, turn_id=job.turn_id, job_id=job.id,
+                skill_id=s.id if s else None, skill_name=s.name if s else None,
+                title=s.title if s else (a.candidate.name if a.candidate else None),
+                path=str(s.path) if s is not None and s.path else None,
+                version=s.version if s else None, previous_version=a.previous_version,
+                reason=a.reason))
+        kinds = collections.Counter(a.kind for a in report.actions)
+        summary = ", ".join(f"{n} {k}" for k, n in kinds.items()) or "no durable signal"
+        self._emit(EvolutionEvent(self._event_id(), "done", turn_id=job.turn_id, job_id=job.id,
+                                  reason=f"{summary} ({report.seconds:.1f} s, "
+                                         f"{report.llm_calls} model calls)"))
+
+    # ------------------------------------------------------------------------ events
+    def _event_id(self) -> str:
+        return f"e{next(self._ids)}-{int(time.time() * 1000) % 10**8}"
+
+    def _emit(self, ev: EvolutionEvent) -> None:
+        with self._cond:
+            self.events.append(ev)
+            subscribers = list(self._subscribers)
+        if self._log_path is not None and ev.kind not in ("queued", "running"):
+            try:
+                self._log_path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self._log_path, "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(ev.to_dict(), ensure_ascii=False) + "\n")
+            except OSError as exc:
+                log.warning("evolution: cannot append to %s: %s", self._log_path, exc)
+        for fn in subscribers:
+            try:
+                fn(ev)
+            except Exception:  # a broken subscriber must not stop learning
+                log.exception("evolution subscriber failed")
+
+    def _load_log(self) -> list[EvolutionEvent]:
+        if self._log_path is None or not self._log_path.is_file():
+            return []
+        out = []
+        try:
+            lines = self._log_path.read_text(encoding="utf-8").splitlines()[-500:]
+        except OSError:
+            return []
+        fields = set(EvolutionEvent.__dataclass_fields__)
+        for line in lines:
+            try:
+                d = json.loads(line)
+                out.append(EvolutionEvent(**{k: v for k, v in d.items() if k in fields}))
+            except (ValueError, TypeError):
+                continue
+        undone = {e.undoes for e in out if e.kind == "undo"}
+        for e in out:
+            e.undone = e.undone or e.id in undone
+        return out
