@@ -14,6 +14,8 @@ step "ruff"
 .venv/bin/ruff check engine desktop cli tests || exit 1
 step "import-linter"
 .venv/bin/lint-imports || exit 1
+step "recommended model (for the end-to-end learning test; cached after the first run)"
+.venv/bin/skilldesk models install recommended || exit 1
 step "pytest"
 .venv/bin/python -m pytest "$@"
 rc=$?

