@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .bank import LoadError, SkillBank
-from .errors import SkillFormatError, UnsafePathError
+from .errors import SkillDeskError, SkillFormatError, UnsafePathError
 from .fsutil import check_component
 from .retrieval import DEFAULT_PARAMS, SkillHit, SkillIndex, SyncReport
 from .retrieval.embedders import Embedder, make_embedder
@@ -67,7 +67,8 @@ class SkillDesk:
             embedder = make_embedder(embedder or config.embedder)
         r = config.retrieval
         if r.scope not in SCOPE_VALUES:
-            raise UnsafePathError(f"retrieval scope must be one of {', '.join(SCOPE_VALUES)}")
+            raise SkillDeskError(f"retrieval scope must be one of {', '.join(SCOPE_VALUES)}, "
+                                 f"not {r.scope!r} (check the settings)")
         params = DEFAULT_PARAMS.with_(top_k=int(r.top_k), threshold=float(r.threshold))
         desk = cls(bank, user, config,
                    SkillIndex(embedder, bank.vectors_dir, params, name=user))

@@ -67,6 +67,8 @@ def _args(argv):
                    help="instruction characters in BM25's text")
     p.add_argument("--sizes", default="2000,10000,100000")
     p.add_argument("--edits", type=int, default=50, help="edits for edit-to-searchable")
+    p.add_argument("--ef", type=int, default=0, help="hnswlib ef for the latency runs "
+                   "(0 = the default)")
     p.add_argument("--build-n", type=int, default=0, help="skills in the cold build (0 = all)")
     p.add_argument("--build-embedders", default=DEFAULT_EMBEDDER,
                    help="embedders timed in the cold build (comma list)")
@@ -215,17 +217,19 @@ def speed(skills, embedders, a, bank_root, out) -> None:
         rows = [[name, *S.query_embedding(e.base if hasattr(e, "base") else e, queries[:100])]
                 for name, e in embedders.items()]
         print(table(["embedder", "query embed p50 ms", "p95 ms"], rows,
-                    "\nQuery embedding (one query, CPU, 2 threads)"), file=out)
+                    "\nQuery embedding (one query, CPU, 1 thread)"), file=out)
         qvecs = default.encode(queries)
         rows = []
         with tempfile.TemporaryDirectory(prefix="skilldesk-speed-") as tmp:
             for n in [int(x) for x in a.sizes.split(",") if x.strip()]:
-                r = S.latency_at(skills, default, n, queries, qvecs, Path(tmp))
-                rows.append([r["n"], r["p50"], r["p95"], r["recall10"], r["upd_p50"],
-                             r["upd_p95"], r["save_ms"], r["build_s"], r["lex_build_s"]])
+                r = S.latency_at(skills, default, n, queries, qvecs, Path(tmp), ef=a.ef or None)
+                rows.append([r["n"], r["p50"], r["p95"], r["ef"], r["recall10"],
+                             r["skill_recall10"], r["upd_p50"], r["upd_p95"], r["save_ms"],
+                             r["build_s"], r["lex_build_s"]])
                 shutil.rmtree(Path(tmp) / f"vectors-{n}", ignore_errors=True)
-        print(table(["skills", "search p50 ms", "p95 ms", "ANN recall@10", "update p50 ms",
-                     "update p95 ms", "save ms", "index build s", "BM25 build s"], rows,
+        print(table(["skills", "search p50 ms", "p95 ms", "ef", "ANN recall@10",
+                     "skill recall@10", "update p50 ms", "update p95 ms", "save ms",
+                     "index build s", "BM25 build s"], rows,
                     f"\nSearch latency without query embedding ({DEFAULT_EMBEDDER}; corpus "
                     "replicated, replica vectors = original + noise of norm 0.1, not "
                     "re-embedded; update = one edited skill, real embedding)"), file=out)

@@ -6,30 +6,37 @@ Modules: ``text`` (what is indexed), ``tokenize`` (BM25 tokens), ``embedders``, 
 
 Defaults and the measurements behind them: ``skilldesk bench retrieval --sweep`` on
 autoskill-dev (2,167 skills; 2,090 queries = one held-out trigger of every skill that has
-triggers, 1,499 EN + 591 ZH; the query skill's triggers removed from its indexed text; 5 folds).
-MRR@50, strict hold-out:
+triggers, 1,499 EN + 591 ZH; the query skill's triggers removed from its indexed text; 5 folds;
+MRR@50). Standard error of an MRR here is roughly 0.006 (all) and 0.01 (ZH): differences below
+~0.01 are noise.
 
-==========================  ======  ======  ======
-ranker                      EN      ZH      all
-==========================  ======  ======  ======
-BM25                        0.862   0.941   0.884
-dense all-MiniLM-L6-v2      0.846   0.297   0.691
-dense USE multilingual v3   0.769   0.727   0.757
-fused USE, λ 0.5 (default)  0.883   0.946   0.901
-==========================  ======  ======  ======
+==============================  =====================  =====================  =====
+ranker                          EN R@1 / R@5 / MRR     ZH R@1 / R@5 / MRR     all
+==============================  =====================  =====================  =====
+BM25                            0.840 / 0.919 / 0.876  0.915 / 0.976 / 0.945  0.895
+dense all-MiniLM-L6-v2          0.789 / 0.893 / 0.836  0.223 / 0.369 / 0.295  0.683
+dense USE multilingual v3       0.696 / 0.853 / 0.766  0.697 / 0.848 / 0.765  0.766
+fused MiniLM (λ 0.4; ZH 0.2)    0.873 / 0.928 / 0.898  0.919 / 0.978 / 0.947  0.912
+fused USE, λ 0.4 (the default)  0.870 / 0.927 / 0.897  0.929 / 0.985 / 0.953  0.913
+==============================  =====================  =====================  =====
 
-- Embedder: USE wins the mixed-language set (dense 0.757 vs 0.691; MiniLM cannot read Chinese).
-- Normalisation: cosine clipped at 0, BM25 / the query's ceiling (absolute, so a threshold
-  means the same for every query). Over λ 0.2-0.8 the three normalisations tried were within
-  0.003 MRR of each other at their best (cos/ceiling 0.901 at λ 0.5, min-max 0.903 at λ 0.4,
-  cos/max-hit 0.903 at λ 0.7): noise at n=2,090, so the absolute one wins.
-- λ = 0.5: the best cos/ceiling λ on the mixed set; λ 0.4 gives 0.900, 0.6 gives 0.899.
-- Relative window 0.15 below the best hit: 3.0 -> 1.6 skills per query with R@3 unchanged
-  within 0.001, so the chat prompt carries fewer unrelated skills.
+- Embedder: USE, the winner on the mixed-language set as a ranker (0.766 vs 0.683; MiniLM
+  cannot read Chinese). Fused, the two tie (0.913 vs 0.912); USE is also ~7x cheaper per query
+  and needs no torch at query time.
+- Text: the embedder sees title, description, tags, triggers and 300 characters of the body;
+  BM25 sees 1,500 (text.py has the field ablation).
+- Normalisation: cosine clipped at 0 and BM25 / the query's ceiling (absolute, so a threshold
+  means the same for every query). The best of each normalisation over λ 0.2-0.8 (USE, all):
+  cos/ceiling 0.913 (λ 0.4), min-max 0.912 (λ 0.3), cos/max-hit 0.914 (λ 0.6): a tie, so the
+  absolute one. λ 0.4 is its argmax (0.3: 0.911, 0.5: 0.911, 0.6: 0.906, 0.8: 0.878).
+- Relative window 0.15 below the best hit: 3.0 -> 1.55 skills per query, R@3 -0.1 pt EN,
+  0 ZH: the chat prompt carries fewer unrelated skills.
 - Near-duplicate removal (cos > 0.95): no measurable change in R@1/R@3 here; kept (SkillX).
-- MMR: off; at 0.85 it cost 0.7 pt EN R@3, at 0.7 it cost 2.6 pt.
-- η = 0.2: the largest threshold that costs at most 1 pt of R@3 in either language (0.25 costs
-  3.7 pt ZH). It is not an off-topic filter: greetings still score ~0.3 through BM25.
+- MMR: off; 0.85 cost 0.5 pt EN R@3, 0.7 cost 1.5 pt EN / 1.1 pt ZH.
+- η = 0.2: the largest threshold costing at most 1 pt of R@3 in either language (-0.2 EN,
+  -0.6 ZH; 0.25 costs 2.2 pt ZH). It is not an off-topic filter: greetings still reach ~0.3
+  through BM25, and 85-98% of queries whose own skill was removed still get a (related) hit.
+- CJK tokens: bigrams; adding unigrams moved BM25 ZH MRR by +0.003 and fused by -0.002.
 """
 
 from __future__ import annotations

@@ -266,6 +266,13 @@ class DenseIndex:
             self._keys = {v: k for k, v in self._labels.items()}
             self._next, self._deleted = len(keys), 0
 
+    def set_ef(self, ef: int) -> None:
+        """Query-time breadth of the HNSW search (recall vs speed)."""
+        with self.lock:
+            self.ef = ef
+            if self._index is not None:
+                self._index.set_ef(ef)
+
     # ------------------------------------------------------------------ queries
     def search(self, vec: np.ndarray, k: int, allowed: set[str] | None = None) -> list[
             tuple[str, float]]:

@@ -92,6 +92,7 @@ class SkillIndex:
         self.skills: dict[str, Skill] = {}
         self._texts: dict[str, tuple[str, str, str, str]] = {}  # dense hash/text, lexical
         self._scopes: dict[str, set[str]] = {}
+        self._by_path: dict[str, str] = {}  # real path of each SKILL.md -> key
         self._lock = threading.RLock()     # the maps above
         self._writer = threading.Lock()    # one sync/update at a time
         self._loaded = False
@@ -114,19 +115,14 @@ class SkillIndex:
         return self.texts_for(skill)[0]
 
     def key_for_path(self, path: str | os.PathLike) -> str | None:
-        p = os.path.realpath(path)
         with self._lock:
-            for k, s in self.skills.items():
-                if s.path is not None and os.path.realpath(s.path) == p:
-                    return k
-        return None
+            return self._by_path.get(os.path.realpath(path))
 
     def keys_under(self, folder: str | os.PathLike) -> list[str]:
         """Keys of indexed skills whose SKILL.md lies under ``folder``."""
         base = os.path.realpath(folder) + os.sep
         with self._lock:
-            return [k for k, s in self.skills.items()
-                    if s.path is not None and os.path.realpath(s.path).startswith(base)]
+            return [k for p, k in self._by_path.items() if p.startswith(base)]
 
     def indexed_hash(self, key: str) -> str | None:
         """The file content hash of the indexed version of a skill."""
@@ -192,10 +188,17 @@ class SkillIndex:
             self.lexical.build({k: t[2:] for k, t in texts.items()})
             rep.lexical_s = time.perf_counter() - t1
         scopes: dict[str, set[str]] = {"user": set(), "common": set()}
+        with self._lock:
+            old_paths = {k: p for p, k in self._by_path.items()}
+        by_path: dict[str, str] = {}
         for k, s in skills.items():
             scopes.setdefault(s.scope, set()).add(k)
+            if s.path is not None:
+                p = old_paths.get(k) if old_skills.get(k) is s else None
+                by_path[p or os.path.realpath(s.path)] = k
         with self._lock:
             self.skills, self._texts, self._scopes = skills, texts, scopes
+            self._by_path = by_path
         rep.total_s = time.perf_counter() - t0
         return rep
 
