@@ -84,6 +84,18 @@ def _load_json_values(path: Path, skipped: list[Skipped]) -> Iterator[tuple[str,
         skipped.append(Skipped(str(path), f"invalid JSON at line {exc.lineno} ({exc.msg})"))
 
 
+def _json_values_under(path: str | os.PathLike, skipped: list[Skipped]) -> Iterator[
+        tuple[Path, str, Any]]:
+    """``(file, position, value)`` for every JSON value in the .json/.jsonl files under path."""
+    path = Path(path).expanduser()
+    files = _files(path, (".json", ".jsonl"))
+    if not files:
+        skipped.append(Skipped(str(path), "no .json or .jsonl files found"))
+    for f in files:
+        for pos, value in _load_json_values(f, skipped):
+            yield f, pos, value
+
+
 def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -151,35 +163,30 @@ def _chatgpt_mapping(conv: dict) -> list[dict[str, str]]:
 
 def read_conversations(path: str | os.PathLike) -> tuple[list[Item], list[Skipped]]:
     """Every conversation under ``path``; what could not be used is listed with a reason."""
-    path = Path(path).expanduser()
     skipped: list[Skipped] = []
     items: list[Item] = []
-    files = _files(path, (".json", ".jsonl"))
-    if not files:
-        skipped.append(Skipped(str(path), "no .json or .jsonl files found"))
-    for f in files:
-        for pos, value in _load_json_values(f, skipped):
-            convs: list[tuple[str, Any]]
-            single = _messages(value)
-            if single is not None:
-                convs = [(pos, value)]
-            elif isinstance(value, list):
-                convs = [(f"{pos} item {i}".strip(), v) for i, v in enumerate(value)]
-            else:
-                convs = [(pos, value)]
-            for where, conv in convs:
-                msgs = _messages(conv)
-                src = f"{f}{' ' + where if where else ''}"
-                if not msgs:
-                    skipped.append(Skipped(src, "not a conversation (no role/content messages)"))
-                    continue
-                if not any(m["role"] == "user" for m in msgs):
-                    skipped.append(Skipped(src, "no user messages"))
-                    continue
-                digest = sha256_bytes(json.dumps(msgs, ensure_ascii=False).encode())[:16]
-                title = conv.get("title", "") if isinstance(conv, dict) else ""
-                items.append(Item(key=f"conv:{digest}", source=src, messages=msgs,
-                                  title=str(title or "")))
+    for f, pos, value in _json_values_under(path, skipped):
+        convs: list[tuple[str, Any]]
+        single = _messages(value)
+        if single is not None:
+            convs = [(pos, value)]
+        elif isinstance(value, list):
+            convs = [(f"{pos} item {i}".strip(), v) for i, v in enumerate(value)]
+        else:
+            convs = [(pos, value)]
+        for where, conv in convs:
+            msgs = _messages(conv)
+            src = f"{f}{' ' + where if where else ''}"
+            if not msgs:
+                skipped.append(Skipped(src, "not a conversation (no role/content messages)"))
+                continue
+            if not any(m["role"] == "user" for m in msgs):
+                skipped.append(Skipped(src, "no user messages"))
+                continue
+            digest = sha256_bytes(json.dumps(msgs, ensure_ascii=False).encode())[:16]
+            title = conv.get("title", "") if isinstance(conv, dict) else ""
+            items.append(Item(key=f"conv:{digest}", source=src, messages=msgs,
+                              title=str(title or "")))
     return items, skipped
 
 
@@ -258,24 +265,19 @@ def read_documents(path: str | os.PathLike) -> tuple[list[Item], list[Skipped]]:
 
 
 def read_trajectories(path: str | os.PathLike) -> tuple[list[Item], list[Skipped]]:
-    path = Path(path).expanduser()
     skipped: list[Skipped] = []
     items: list[Item] = []
-    files = _files(path, (".json", ".jsonl"))
-    if not files:
-        skipped.append(Skipped(str(path), "no .json or .jsonl files found"))
-    for f in files:
-        for pos, value in _load_json_values(f, skipped):
-            runs = value if isinstance(value, list) and value and all(
-                isinstance(v, dict) and ("steps" in v or "messages" in v) for v in value) else [
-                value]
-            for i, run in enumerate(runs):
-                src = f"{f}{' ' + pos if pos else ''}{f' run {i}' if len(runs) > 1 else ''}"
-                digest = sha256_bytes(json.dumps(run, ensure_ascii=False, sort_keys=True,
-                                                 default=str).encode())[:16]
-                items.append(Item(key=f"traj:{digest}", source=src, raw=run,
-                                  title=str(run.get("task", run.get("title", "")))
-                                  if isinstance(run, dict) else ""))
+    for f, pos, value in _json_values_under(path, skipped):
+        runs = value if isinstance(value, list) and value and all(
+            isinstance(v, dict) and ("steps" in v or "messages" in v) for v in value) else [
+            value]
+        for i, run in enumerate(runs):
+            src = f"{f}{' ' + pos if pos else ''}{f' run {i}' if len(runs) > 1 else ''}"
+            digest = sha256_bytes(json.dumps(run, ensure_ascii=False, sort_keys=True,
+                                             default=str).encode())[:16]
+            items.append(Item(key=f"traj:{digest}", source=src, raw=run,
+                              title=str(run.get("task", run.get("title", "")))
+                              if isinstance(run, dict) else ""))
     return items, skipped
 
 
