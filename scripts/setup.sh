@@ -44,7 +44,9 @@ fi
 # Everything that decides what gets installed goes into the stamp.
 stamp=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [[ -f .venv/.skilldesk-stamp && $(cat .venv/.skilldesk-stamp) == "$stamp" ]] \
-   && .venv/bin/python -c "import engine, llama_cpp, hnswlib, bm25s, PySide6" 2>/dev/null; then
+   && .venv/bin/python -c "import engine, llama_cpp, hnswlib, bm25s, PySide6, os, sys
+sys.exit(os.path.realpath(os.path.dirname(os.path.dirname(engine.__file__))) != os.path.realpath('.'))" \
+      2>/dev/null; then  # the venv's editable install must point at this checkout
   log "Python packages up to date"
 else
   log "installing Python packages (the first run builds llama-cpp-python: ~6 min on 2 cores)"
