@@ -241,7 +241,7 @@ def speed(skills, embedders, a, bank_root, out) -> None:
                 r = S.cold_build(root, make_embedder(name), USER)
             rows.append([name, r["n"], r["total_s"], r["per_s"], r["save_s"], r["reopen_s"],
                          "yes" if r["cache_ok"] else "NO"])
-        print(table(["embedder", "skills", "cold build s", "skills/s", "save s", "reopen s",
+        print(table(["embedder", "skills", "cold build s", "skills/s", "close s", "reopen s",
                      "cache reused"], rows, "\nCold bank: open a desk with no vector cache "
                     "(real embedding of every skill), then reopen"), file=out)
     if "watch" in sections:
