@@ -100,6 +100,26 @@ class ChatResult:
     cached_tokens: int = 0  # prompt tokens reused from the KV cache (shared prefix), local only
 
 
+def decode_rate(n_tokens: int, t_first: float | None, t_last: float | None) -> float | None:
+    """Tokens per second after the first one (the first token's time is TTFT, not decode)."""
+    if t_first is None or t_last is None or n_tokens < 2 or t_last <= t_first:
+        return None
+    return (n_tokens - 1) / (t_last - t_first)
+
+
+class ChatFromStream:
+    """``chat()`` for a backend whose ``stream_chat`` leaves its result in ``last_result``."""
+
+    last_result: ChatResult | None = None
+
+    def chat(self, messages: list[Message], params: GenParams | None = None,
+             cancel: CancelToken | None = None) -> ChatResult:
+        for _ in self.stream_chat(messages, params, cancel):  # type: ignore[attr-defined]
+            pass
+        assert self.last_result is not None
+        return self.last_result
+
+
 @runtime_checkable
 class LLMBackend(Protocol):
     """A chat model. Implementations: ``LlamaCppBackend`` and ``OpenAICompatBackend``."""

@@ -29,7 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import Cancelled, ModelError, StructuredOutputError
-from .base import CancelToken, ChatResult, GenParams, Message, Usage
+from .base import CancelToken, ChatFromStream, ChatResult, GenParams, Message, Usage, decode_rate
 from .context import fit_messages
 from .grammar import schema_to_gbnf
 from .registry import ModelSpec
@@ -47,7 +47,7 @@ def default_threads() -> int:
     return max(1, n // 2 if n > 4 else n)
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(ChatFromStream):
     """A GGUF model loaded with llama-cpp-python; implements :class:`~engine.llm.base.LLMBackend`."""
 
     def __init__(self, spec: ModelSpec, n_threads: int | None = None, n_ctx: int | None = None,
@@ -217,15 +217,7 @@ class LlamaCppBackend:
             gen.close()
             result.text = "".join(parts)
             result.usage.completion_tokens = n_gen
-            if t_first is not None and t_last is not None and n_gen > 1 and t_last > t_first:
-                result.decode_tps = (n_gen - 1) / (t_last - t_first)
-
-    def chat(self, messages: list[Message], params: GenParams | None = None,
-             cancel: CancelToken | None = None) -> ChatResult:
-        for _ in self.stream_chat(messages, params, cancel):
-            pass
-        assert self.last_result is not None
-        return self.last_result
+            result.decode_tps = decode_rate(n_gen, t_first, t_last)
 
     def _grammar(self, schema: dict[str, Any]) -> Any:
         from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar

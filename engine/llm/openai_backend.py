@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import Cancelled, ModelError, StructuredOutputError
-from .base import CancelToken, ChatResult, GenParams, Message, Usage
+from .base import CancelToken, ChatFromStream, ChatResult, GenParams, Message, Usage, decode_rate
 from .structured import check_schema, parse_and_validate
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -37,7 +37,7 @@ class _HTTPStatusError(ModelError):
         super().__init__(message)
 
 
-class OpenAICompatBackend:
+class OpenAICompatBackend(ChatFromStream):
     """Chat through ``POST {base_url}/chat/completions``; implements ``LLMBackend``."""
 
     def __init__(self, base_url: str = "http://127.0.0.1:8080/v1", model: str = "",
@@ -203,15 +203,7 @@ class OpenAICompatBackend:
             if not result.usage.prompt_tokens:  # the server did not say: estimate it
                 result.usage.prompt_tokens = sum(
                     self.count_tokens(str(m.get("content") or "")) + 4 for m in messages)
-            if t_first is not None and t_last is not None and n_chunks > 1 and t_last > t_first:
-                result.decode_tps = (n_chunks - 1) / (t_last - t_first)
-
-    def chat(self, messages: list[Message], params: GenParams | None = None,
-             cancel: CancelToken | None = None) -> ChatResult:
-        for _ in self.stream_chat(messages, params, cancel):
-            pass
-        assert self.last_result is not None
-        return self.last_result
+            result.decode_tps = decode_rate(n_chunks, t_first, t_last)
 
     # --- structured -------------------------------------------------------------------------
     def _complete(self, body: dict[str, Any], cancel: CancelToken | None,
