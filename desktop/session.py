@@ -2,9 +2,10 @@
 watcher and learning events, with signals the window listens to.
 
 Threads: the skill engine (``SkillDesk.open`` loads or builds the index, then every chat turn)
-runs on the chat QThread; bank loads, reindexing after hand edits, reverts and undos run in the
-QThreadPool; the watcher and the engine's learning queue report through queued signals. The GUI
-thread only renders.
+runs on the chat QThread; skill evolution jobs run in the learning QThreadPool (one thread, see
+views/learning.py); bank loads, reindexing after hand edits, reverts and undos run in the global
+QThreadPool; the watcher and the learning queue report through queued signals. The GUI thread
+only renders.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ class Session(QObject):
             self.watcher.stop()
             self.watcher = None
         self._detach_desk()
-        self.chat.stop()
+        self.chat.stop()  # closes the engine: its learning queue stops the running job
+        self.learning.pool.waitForDone(5000)
 
     def _detach_desk(self) -> None:
         self.learning.detach()

@@ -4,6 +4,7 @@ toast on a learned skill with Show and Undo, pause per chat and everywhere."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -45,12 +46,25 @@ def window(qtbot, tmp_path, bank_dir, bundled_model_path):
 
 def test_learned_skill_toast_show_and_undo(window, qtbot):
     w = window
-    events = []
+    events, where = [], []
     w.session.learning_event.connect(events.append)
-    w.session.desk.evolution.submit(PREFERENCE_CHAT)
+    pool = w.session.learning.pool
+    queue = w.session.desk.evolution
+
+    def on_engine_thread(ev):  # called where the job runs
+        if ev.kind == "running":
+            where.append((threading.get_ident(), pool.activeThreadCount()))
+
+    queue.subscribe(on_engine_thread)
+    assert pool.activeThreadCount() == 0
+    queue.submit(PREFERENCE_CHAT)
     qtbot.waitUntil(lambda: any(e.kind == "done" for e in events), timeout=300_000)
     kinds = [e.kind for e in events]
     assert kinds[:2] == ["queued", "running"]
+    # the job ran in the app's learning QThreadPool, not on the GUI thread
+    [(ident, active)] = where
+    assert active == 1 and ident != threading.main_thread().ident
+    qtbot.waitUntil(lambda: pool.activeThreadCount() == 0, timeout=10_000)
     added = [e for e in events if e.kind in ("add", "merge")]
     if not added:
         pytest.skip(f"the tiny model learned nothing from this chat this time: {kinds}")

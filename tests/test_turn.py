@@ -189,6 +189,54 @@ def test_queue_pause_resume_events_and_undo(make_desk):
     assert len(seen) == 5  # unsubscribed: nothing after the first undo
 
 
+def test_jobs_run_one_at_a_time_on_the_given_executor_and_release_it_when_idle(make_desk):
+    """The app hands the queue its QThreadPool: every job runs through that executor, jobs
+    never overlap, and a paused or empty queue holds no executor thread."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    sc = SCENARIOS["en-tldr-once"]
+    desk = make_desk(OracleLLM(sc))
+    q = desk.evolution
+    pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="app-pool")
+    drains, running, overlap, threads = [], [], [], []
+    lock = threading.Lock()
+
+    def executor(fn):
+        drains.append(fn)
+        return pool.submit(fn)
+
+    def on_event(ev):
+        if ev.kind == "running":
+            with lock:
+                overlap.append(len(running))
+                running.append(threading.current_thread().name)
+                threads.append(threading.current_thread().name)
+        elif ev.kind == "done":
+            with lock:
+                running.pop()
+
+    q.set_executor(executor)
+    q.subscribe(on_event)
+    q.pause()
+    jobs = [q.submit(sc["messages"], mode="conversation") for _ in range(3)]
+    assert drains == [] and not q.wait_idle(0.2)  # paused: nothing handed to the pool
+    q.resume()
+    assert q.wait_idle(30)
+    assert len(drains) == 1  # one drain ran the three queued jobs in order
+    assert overlap == [0, 0, 0]
+    ran_on = {e.job_id for e in q.events if e.kind == "done"}
+    assert set(jobs) <= ran_on
+    assert q.result(jobs[0]).added and not q.result(jobs[1]).added  # 2nd, 3rd: known rule
+    # the drain returned: the pool thread is free, and a later job starts a new drain
+    pool.submit(lambda: None).result(5)
+    q.submit(sc["messages"], mode="conversation")
+    assert q.wait_idle(30) and len(drains) == 2
+    q.close()
+    pool.shutdown(wait=True)
+    assert len(threads) == 4 and all(n.startswith("app-pool") for n in threads), threads
+
+
 def test_event_log_survives_a_restart(make_desk, tmp_path):
     sc = SCENARIOS["en-british"]
     desk = make_desk(OracleLLM(sc))

@@ -1,8 +1,10 @@
 """Learning activity: the engine's evolution events as a log, a live state line, pause, and a
 toast when a skill is added or merged (with Undo and Show).
 
-``LearningBridge`` subscribes to ``desk.evolution`` (callbacks arrive on the engine's worker
-threads) and re-emits every event as a Qt signal on the GUI thread.
+``LearningBridge`` gives ``desk.evolution`` its own QThreadPool (one thread: the queue runs
+jobs one at a time, and a long or paused job never takes a thread from the pool that loads the
+bank), subscribes to its events (callbacks arrive on that pool thread) and re-emits every event
+as a Qt signal on the GUI thread.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QFrame,
@@ -44,12 +46,16 @@ class LearningBridge(QObject):
         super().__init__(parent)
         self.queue: Any = None
         self._unsubscribe = None
+        self.pool = QThreadPool(self)
+        self.pool.setObjectName("learning")
+        self.pool.setMaxThreadCount(1)
 
     def attach(self, desk: Any) -> bool:
         self.detach()
         self.queue = getattr(desk, "evolution", None) if desk is not None else None
         if self.queue is None:
             return False
+        self.queue.set_executor(self.pool.start)  # evolution jobs run in our QThreadPool
         self._unsubscribe = self.queue.subscribe(self.event.emit)
         return True
 

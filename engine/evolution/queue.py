@@ -4,9 +4,15 @@ Jobs (a conversation snapshot) are queued after every turn and run one at a time
 :class:`~engine.evolution.pipeline.Pipeline`, whose model calls go to the ModelWorker at
 BACKGROUND priority, so a chat turn always goes first (and pre-empts a running call).
 
+Where jobs run: an ``executor`` (a callable that runs a callable on some thread) is handed a
+*drain* whenever jobs are waiting and none is running; the drain runs queued jobs one after the
+other and returns when the queue is empty, paused or closed. The default executor starts a
+daemon thread per drain; the desktop app passes its own QThreadPool (``set_executor``), so
+evolution jobs run in Qt's pool while the queue keeps them one at a time.
+
 Observable for the app: :meth:`state`, the event log (:attr:`events`, also appended to a JSONL
-file when ``log_path`` is given), :meth:`subscribe` callbacks (called on the queue's thread),
-:meth:`pause`/:meth:`resume` (takes effect between steps), :meth:`undo` per action, and
+file when ``log_path`` is given), :meth:`subscribe` callbacks (called on the thread running the
+job), :meth:`pause`/:meth:`resume` (takes effect between steps), :meth:`undo` per action, and
 :meth:`wait_idle`.
 """
 
@@ -29,6 +35,13 @@ from .pipeline import Pipeline
 
 log = logging.getLogger("skilldesk.evolution")
 
+Executor = Callable[[Callable[[], None]], Any]
+
+
+def thread_executor(fn: Callable[[], None]) -> None:
+    """The default executor: one daemon thread per drain (it ends when the queue is empty)."""
+    threading.Thread(target=fn, name="EvolutionQueue", daemon=True).start()
+
 
 @dataclass
 class _Job:
@@ -44,7 +57,8 @@ class EvolutionQueue:
     """One background learner per desk (bank + user)."""
 
     def __init__(self, pipeline: Pipeline | Callable[[], Pipeline], *,
-                 log_path: str | Path | None = None, paused: bool = False):
+                 log_path: str | Path | None = None, paused: bool = False,
+                 executor: Executor | None = None):
         self._pipeline_or_factory = pipeline
         self._pipeline: Pipeline | None = pipeline if isinstance(pipeline, Pipeline) else None
         self._cond = threading.Condition()
@@ -54,7 +68,9 @@ class EvolutionQueue:
         self._done = 0
         self._paused = paused
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._executor: Executor = executor or thread_executor
+        self._draining = False  # a drain was handed to the executor and has not returned
+        self._drain_thread: threading.Thread | None = None
         self._subscribers: list[Callable[[EvolutionEvent], Any]] = []
         self._ids = itertools.count(1)
         self._log_path = Path(log_path) if log_path else None
@@ -82,10 +98,7 @@ class EvolutionQueue:
                 raise SkillDeskError("the evolution queue is closed")
             self._jobs.append(job)
             self._by_id[job.id] = job
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="EvolutionQueue",
-                                                daemon=True)
-                self._thread.start()
+            self._kick()
             self._cond.notify_all()
         return job.id
 
@@ -121,7 +134,13 @@ class EvolutionQueue:
     def resume(self) -> None:
         with self._cond:
             self._paused = False
+            self._kick()
             self._cond.notify_all()
+
+    def set_executor(self, executor: Executor | None) -> None:
+        """Run later drains with ``executor`` (``None``: a thread of our own)."""
+        with self._cond:
+            self._executor = executor or thread_executor
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """True once nothing is queued or running (False on timeout, e.g. while paused)."""
@@ -156,8 +175,16 @@ class EvolutionQueue:
             job.done.set()
         if self._pipeline is not None and self._pipeline.llm is not None:
             self._pipeline.llm.cancel_all()
-        if self._thread is not None and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+        if threading.current_thread() is self._drain_thread:
+            return  # closed from a subscriber: the drain sees ``_closed`` and returns
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._draining:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    log.warning("evolution: a job still running %.0f s after close", timeout)
+                    return
+                self._cond.wait(left)
 
     # ------------------------------------------------------------------------ undo
     def undo(self, event_id: str) -> EvolutionEvent:
@@ -189,7 +216,7 @@ class EvolutionQueue:
         self._emit(out)
         return out
 
-    # ------------------------------------------------------------------------ the thread
+    # ------------------------------------------------------------------------ the drain
     def _checkpoint(self) -> None:
         """Called by the pipeline between steps: wait while paused, stop when closed."""
         with self._cond:
@@ -198,21 +225,41 @@ class EvolutionQueue:
             if self._closed:
                 raise Cancelled("evolution stopped")
 
-    def _loop(self) -> None:
-        while True:
+    def _kick(self) -> None:
+        """Hand a drain to the executor if jobs wait and none runs (``_cond`` held)."""
+        if self._draining or self._closed or self._paused or not self._jobs:
+            return
+        self._draining = True
+        try:
+            self._executor(self._drain)
+        except BaseException:
+            self._draining = False
+            raise
+
+    def _drain(self) -> None:
+        """Run queued jobs one at a time until the queue is empty, paused or closed."""
+        self._drain_thread = threading.current_thread()
+        try:
+            while True:
+                with self._cond:
+                    if self._closed or self._paused or not self._jobs:
+                        return
+                    job = self._jobs.popleft()
+                    self._running = job
+                try:
+                    self._run_job(job)
+                finally:
+                    with self._cond:
+                        self._running = None
+                        self._done += 1
+                        self._cond.notify_all()
+                    job.done.set()
+        finally:
             with self._cond:
-                while (not self._jobs or self._paused) and not self._closed:
-                    self._cond.wait()
-                if self._closed:
-                    return
-                job = self._jobs.popleft()
-                self._running = job
-            self._run_job(job)
-            with self._cond:
-                self._running = None
-                self._done += 1
+                self._drain_thread = None
+                self._draining = False
+                self._kick()  # a job submitted between the last check and now
                 self._cond.notify_all()
-            job.done.set()
 
     def _run_job(self, job: _Job) -> None:
         self._emit(EvolutionEvent(self._event_id(), "running", turn_id=job.turn_id,
