@@ -28,6 +28,14 @@ _STRONG = re.compile(
     r"stop (using|adding|doing)|no more)\b|每次|一律|默认|统一|都用|都要", re.I)
 _CLAUSE_RULE = re.compile(r"^(please |and |but |also )?(always|never|don'?t|do not)\b|"
                           r"^(请)?(不要|别再|不许|不准|必须|务必|一定要|总是|始终|永远)", re.I)
+# A first-person preference is a rule in a statement: "I always want summaries to start with…",
+# "I'd like you to never…", "I prefer answers that…". (Not "I always forget my keys": the verb
+# after always/never must be one of wanting.)
+_PREFERENCE = re.compile(
+    r"\bi (always|never|usually) (want|need|like|prefer|expect)\b|"
+    r"\bi(?: would|'d)? (want|need|like|prefer|expect) (you )?(to )?(always|never)\b|"
+    r"\bi (really )?prefer (it |that |my |all |your |answers|replies|summaries|code)|"
+    r"我(一直|总是|都)?(希望|想要|喜欢|要求)(你)?(总是|都|每次|一直)", re.I)
 # Material the user asks to be written, translated or fixed is content, not a rule:
 # quoted text, and what follows a colon after a request ("write a reminder: don't be late").
 _QUOTED = re.compile(r"[\"“「『‘][^\"”」』’]*[\"”」』’]|'[^']{3,}'")
@@ -36,7 +44,7 @@ _CONTENT_AFTER_COLON = re.compile(
     r"[^:：]*[:：].*$|(写|翻译|改写|润色|修改|改得|回复|总结|改成)[^:：]*[:：].*$", re.I)
 _QUESTION = re.compile(r"[?？吗呢]\s*$", re.I)
 _LEAD = re.compile(
-    r"^(ok(ay)?|no|nope|actually|also|and|but|please|remember|important|note|so|"
+    r"^(ok(ay)?|no|nope|actually|also|again|and|but|please|remember|important|note|so|"
     r"i said|i told you|that'?s wrong|not like that|from now on|going forward|from here on|"
     r"in (the )?future|by default|as a rule)\b[\s,:;.!-]*|"
     r"^(不对|错了|记住|请记得|另外|还有|以后|今后|从现在起|从现在开始|换个话题)[\s，,：:。!！]*", re.I)
@@ -79,12 +87,18 @@ def is_rule_sentence(sentence: str) -> bool:
         return True
     if _QUESTION.search(s.rstrip(" .。")):
         return False
-    if _STRONG.search(s):
+    if _STRONG.search(s) or _PREFERENCE.search(s):
         return True
     return any(_CLAUSE_RULE.search(c.strip()) for c in _CLAUSE.split(s))
 
 
+_NAME_PREFACE = re.compile(r"^i (always |never |usually |really )?(would |'d )?"
+                           r"(want|need|like|prefer|expect)( you)?( to)?( always)?\s+", re.I)
+
+
 def _name(rule: str) -> str:
+    bare = _NAME_PREFACE.sub("", rule)
+    rule = bare[:1].upper() + bare[1:] if bare else rule
     if language(rule) == "zh":
         return clip(re.sub(r"[，,。：:；;].*$", "", rule), 16)
     words = rule.split()
