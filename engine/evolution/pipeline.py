@@ -105,9 +105,6 @@ class Pipeline:
             candidates, failed = self.extract(w)
             if failed is not None:
                 actions.append(failed)
-            elif not candidates:
-                actions.append(Action("discard", reason="no reusable rule in the user's messages"
-                                      f" (cues: {', '.join(w.cues[:3])})", step="extract"))
             fixing = any(gate.is_fixing(t.text) for t in w.turns[-1:])
             vetted = []
             for c in candidates:
@@ -118,12 +115,15 @@ class Pipeline:
                 else:
                     vetted.append(c)
             if not vetted and self.policy["extract"] == "llm+rule":
-                # the model's answer is logged above; the user's own rule sentences may still
+                # the model found no usable rule; the user's own rule sentences may still
                 # hold what it missed (never anything the user did not say)
                 for c in rule_extract(w):
                     c.fixing = fixing
                     if vet_candidate(c, w.user_text, w.assistant_text) is None:
                         vetted.append(c)
+            if not candidates and not vetted and failed is None:
+                actions.append(Action("discard", reason="no reusable rule in the user's messages"
+                                      f" (cues: {', '.join(w.cues[:3])})", step="extract"))
             for c in vetted:
                 self.checkpoint()
                 actions.append(self.manage(c, turn_id))
