@@ -42,6 +42,7 @@ class MainWindow(QMainWindow):
     def __init__(self, session: Session, qsettings: QSettings | None = None):
         super().__init__()
         self.session = session
+        self._first_load = True  # files unreadable at start are listed, not announced
         # Window state lives beside settings.json, so SKILLDESK_HOME isolates it too.
         self.qsettings = qsettings or QSettings(str(home_dir() / "window.ini"),
                                                 QSettings.Format.IniFormat)
@@ -143,6 +144,7 @@ class MainWindow(QMainWindow):
         self.learning.pause_toggled.connect(s.pause_learning)
         self.toast.show_clicked.connect(self._toast_show)
         self.toast.undo_clicked.connect(self._toast_undo)
+        s.load_errors.connect(self._on_load_errors)
         s.skills_loaded.connect(self._on_skills_loaded)
         s.files_changed.connect(self._on_files_changed)
         s.engine_ready.connect(self._on_engine_ready)
@@ -228,16 +230,32 @@ class MainWindow(QMainWindow):
         self.tree.set_skills(skills, self.session.settings.user)
         self.detail.bank = self.session.bank
 
+    def _on_load_errors(self, errors: list) -> None:
+        """Say so when a file becomes unreadable (a hand edit that broke its YAML, say)."""
+        before = {e.path for e in self.tree.errors}
+        self.tree.set_errors(errors)
+        new = [e for e in errors if e.path not in before]
+        if new and not self._first_load:
+            e = new[0]
+            name = Path(e.path).parent.name if Path(e.path).name == "SKILL.md" else e.path
+            more = f" (and {len(new) - 1} more)" if len(new) > 1 else ""
+            self.toast.notify(f"Can't read “{name}”{more}: {e.reason}. Fix it in your editor; "
+                              "nothing was lost.", ("path", e.path), show=True, icon="warning")
+        self._first_load = False
+
     def _on_files_changed(self, paths: list) -> None:
-        shown = self.detail.skill
-        if shown is not None and shown.dir is not None and any(
-                Path(p) == shown.path or Path(shown.dir) in Path(p).parents for p in paths):
+        shown = self.detail.shown_path()
+        if shown is not None and any(
+                Path(p) == Path(shown) or Path(shown).parent in Path(p).parents or
+                Path(p) == Path(shown).parent for p in paths):
             self.detail.reload()
 
     def _on_tree_selected(self, path: str) -> None:
         skill = self.tree.find(path)
         if skill is not None:
             self.detail.show_skill(skill)
+        elif (err := self.tree.error_for(path)) is not None:
+            self.detail.show_error(path, err.reason)
 
     def show_skill(self, ref: str) -> None:
         path = ref[6:] if ref.startswith("skill:") else ref
@@ -272,6 +290,8 @@ class MainWindow(QMainWindow):
         kind, obj = payload
         if kind == "event" and obj.path:
             self.show_skill(obj.path)
+        elif kind == "path":
+            self.show_skill(obj)
 
     def export_current(self, fmt: str) -> None:
         if not self.controller.cid:

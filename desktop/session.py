@@ -39,6 +39,7 @@ def open_engine(bank_dir: Path, user: str, settings: Settings) -> Any:
 
 class Session(QObject):
     skills_loaded = Signal(list)
+    load_errors = Signal(list)  # LoadError(path, reason) of the files that cannot be read
     files_changed = Signal(list)
     engine_ready = Signal(object)
     engine_failed = Signal(str)
@@ -140,9 +141,10 @@ class Session(QObject):
         self._loading = True
         bank, user = self.bank, self.settings.user
 
-        def done(skills: list) -> None:
+        def done(result: Any) -> None:
             self._loading = False
-            self.skills_loaded.emit(skills)
+            self.load_errors.emit(list(result.errors))
+            self.skills_loaded.emit(result.skills)
             if self._reload_again:
                 self._reload_again = False
                 self.load_skills()
@@ -151,7 +153,7 @@ class Session(QObject):
             self._loading = False
             self.message.emit(f"Cannot read the skill bank: {message}")
 
-        run_async(lambda: bank.load(user).skills, done, failed)
+        run_async(lambda: bank.load(user), done, failed)
 
     def _on_disk_change(self, paths: list[str]) -> None:
         self.skills_changed(paths)

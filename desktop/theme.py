@@ -18,11 +18,11 @@ COLORS = {
     "light": {"window": "#f6f7f9", "base": "#ffffff", "text": "#1f2328", "muted": "#6b7280",
               "code_bg": "#f3f4f6", "code_border": "#e3e6ea", "link": "#2563eb",
               "add": "#dcfce7", "del": "#fee2e2", "hunk": "#e0e7ff", "button": "#ffffff",
-              "highlight": "#3b82f6"},
+              "highlight": "#3b82f6", "danger": "#b91c1c"},
     "dark": {"window": "#16181d", "base": "#1e2128", "text": "#e6e8eb", "muted": "#8b949e",
              "code_bg": "#111318", "code_border": "#2a2e36", "link": "#60a5fa",
              "add": "#14361f", "del": "#4a1d1d", "hunk": "#1e2a4a", "button": "#23272f",
-             "highlight": "#3b82f6"},
+             "highlight": "#3b82f6", "danger": "#f87171"},
 }
 
 # Latin first, then a CJK face: Qt picks per glyph, so Chinese renders without tofu.

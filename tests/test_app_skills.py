@@ -116,6 +116,42 @@ def test_tree_updates_when_another_process_edits_a_skill(window, qtbot, bank_dir
     assert w.tree.count_label.text() == "4 skills"
 
 
+def test_a_hand_edit_that_breaks_the_yaml_is_shown_not_dropped(window, qtbot, bank_dir):
+    """The user saves a SKILL.md whose front matter no longer parses: the skill does not vanish
+    from the tree; it is listed under "Can't read" with the reason, a toast says so, the detail
+    view shows the error and the text as saved, and fixing the file brings the skill back."""
+    w = window
+    path = bank_dir / "Users" / "default" / "tl-dr-first" / "SKILL.md"
+    good = path.read_text("utf-8")
+    assert w.tree.select_path(str(path))
+    qtbot.waitUntil(lambda: w.detail.skill is not None and w.detail.skill.path == path)
+    # "description: Start with a Bottom line: …" — a second ": " makes the YAML invalid
+    broken = good.replace("description: Start every summary with a one-line TL;DR.",
+                          "description: Start with a Bottom line: one sentence.")
+    assert broken != good
+    tmp = path.with_name(".SKILL.md.tmp")
+    tmp.write_text(broken, "utf-8")
+    os.replace(tmp, path)
+    qtbot.waitUntil(lambda: w.tree.error_for(str(path)) is not None, timeout=10000)
+    tops = [w.tree.tree.topLevelItem(i).text(0) for i in range(w.tree.tree.topLevelItemCount())]
+    assert tops[0] == "Can't read (1)"
+    assert [it.text(0) for it in w.tree.items() if it.text(1) == "error"] == ["tl-dr-first"]
+    assert "TL;DR first" not in item_texts(w)
+    assert w.toast.isVisible() and "Can't read “tl-dr-first”" in w.toast.label.text()
+    # the open detail view now explains, and shows the file as saved (nothing rewritten)
+    qtbot.waitUntil(lambda: w.detail.error_path == str(path), timeout=5000)
+    text = w.detail.view.toPlainText()
+    assert "cannot be read" in text and "line" in text and "Bottom line: one sentence" in text
+    assert w.detail.open_btn.isEnabled()
+    assert path.read_text("utf-8") == broken
+    # the user fixes it in the editor: the skill is back, the error gone
+    path.write_text(good.replace("one-line TL;DR.", "one-line TL;DR, bold."), "utf-8")
+    qtbot.waitUntil(lambda: "TL;DR first" in item_texts(w) and not w.tree.errors, timeout=10000)
+    qtbot.waitUntil(lambda: w.detail.skill is not None and w.detail.error_path is None,
+                    timeout=5000)
+    assert "bold" in w.detail.view.toPlainText()
+
+
 def test_history_diff_and_revert(window, qtbot, bank_dir):
     w = window
     bank = w.session.bank

@@ -64,6 +64,27 @@ def skill_html(skill: Skill) -> str:
             f'<table cellspacing="0" cellpadding="2">{meta}</table><hr>{body}')
 
 
+RAW_MAX_CHARS = 20_000
+
+
+def error_html(path: str | Path, reason: str) -> str:
+    """A file that cannot be read: why, what to do, and its text as it is on disk."""
+    c = theme.colors()
+    try:
+        raw = Path(path).read_bytes()[:RAW_MAX_CHARS].decode("utf-8", "replace")
+    except OSError as exc:
+        raw = f"({exc.strerror or exc})"
+    if "\x00" in raw:
+        raw = "(binary content not shown)"
+    return (f'<h3>This file cannot be read</h3>'
+            f'<p style="color:{c["danger"]};">{html.escape(reason)}</p>'
+            "<p>Nothing was lost: the file is unchanged on disk and earlier versions stay in "
+            "the bank's history. Fix it in your editor and save: SkillDesk reloads it and uses "
+            "it again. Until then this skill is not used in answers.</p>"
+            f'<p style="color:{c["muted"]};">{html.escape(str(path))}</p>'
+            f"<pre>{html.escape(raw)}</pre>")
+
+
 class SkillDetail(QWidget):
     """Emits ``changed(path)`` after a revert, and ``status(text)`` for the status bar."""
 
@@ -74,6 +95,7 @@ class SkillDetail(QWidget):
         super().__init__(parent)
         self.bank: SkillBank | None = None
         self.skill: Skill | None = None
+        self.error_path: str | None = None  # shown: a file that cannot be read
         self.editor_command = ""
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -107,8 +129,22 @@ class SkillDetail(QWidget):
         lay.addWidget(self.tabs, 1)
         self.show_skill(None)
 
+    def show_error(self, path: str | Path, reason: str) -> None:
+        """A SKILL.md that does not load (say, a hand edit broke its YAML)."""
+        self.show_skill(None)
+        self.error_path = str(path)
+        p = Path(path)
+        self.title.setText(p.parent.name if p.name == "SKILL.md" else p.name)
+        self.info.setText("cannot be read")
+        self.info.setToolTip(str(path))
+        self.view.setHtml(error_html(path, reason))
+        for w in (self.open_btn, self.folder_btn, self.tabs):
+            w.setEnabled(True)
+        self.tabs.setCurrentWidget(self.view)
+
     def show_skill(self, skill: Skill | None) -> None:
         self.skill = skill
+        self.error_path = None
         has = skill is not None
         for w in (self.open_btn, self.folder_btn, self.tabs):
             w.setEnabled(has)
@@ -132,24 +168,33 @@ class SkillDetail(QWidget):
                 item.setData(Qt.ItemDataRole.UserRole, str(skill.dir / rel))
                 self.files.addItem(item)
 
+    def shown_path(self) -> str | None:
+        if self.skill is not None and self.skill.path is not None:
+            return str(self.skill.path)
+        return self.error_path
+
     def reload(self) -> None:
         """Re-read the shown skill from disk (after a hand edit, a merge or a revert)."""
-        if self.skill is None or self.bank is None or self.skill.path is None:
+        path = self.shown_path()
+        if path is None or self.bank is None:
+            return
+        if not Path(path).exists():
+            self.show_skill(None)
             return
         try:
-            self.show_skill(self.bank.read(self.skill.path))
+            self.show_skill(self.bank.read(path))
         except (SkillDeskError, OSError) as exc:
-            self.status.emit(f"{self.skill.path}: {exc}")
-            if not Path(self.skill.path).exists():
-                self.show_skill(None)
+            self.show_error(path, getattr(exc, "reason", None) or str(exc))
 
     def open_editor(self) -> None:
-        if self.skill is not None and self.skill.path is not None:
-            self.status.emit(open_in_editor(self.skill.path, self.editor_command))
+        path = self.shown_path()
+        if path is not None:
+            self.status.emit(open_in_editor(path, self.editor_command))
 
     def open_folder(self) -> None:
-        if self.skill is not None and self.skill.dir is not None:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.skill.dir)))
+        path = self.shown_path()
+        if path is not None:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(Path(path).parent)))
 
     def revert(self, version: str) -> None:
         if self.skill is None or self.bank is None:

@@ -3,6 +3,8 @@
 Skills are loaded off the GUI thread (``SkillBank.load`` in the pool) and the tree is rebuilt
 from the list; expansion and selection survive a rebuild. Icons mark skills that are new or
 recently merged (in the last day, or in this session's learning events) and hand-edited ones.
+Files that cannot be read (a hand edit that broke the YAML, a binary file…) are listed under
+"Can't read" with the reason, so a skill never silently disappears.
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.bank import SkillBank
+from engine.bank import LoadError, SkillBank
 from engine.skill import LEVELS, Skill
 
 from .. import theme
 
 PATH_ROLE = Qt.ItemDataRole.UserRole
 GROUP_ROLE = Qt.ItemDataRole.UserRole + 1
+ERROR_ROLE = Qt.ItemDataRole.UserRole + 2
 RECENT_S = 24 * 3600
 
 
@@ -77,6 +80,7 @@ class SkillTree(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.skills: list[Skill] = []
+        self.errors: list[LoadError] = []
         self.user = "default"
         self.session_marks: dict[str, str] = {}
         self._expanded: set[str] = set()
@@ -124,6 +128,13 @@ class SkillTree(QWidget):
         self.user = user
         self.rebuild()
 
+    def set_errors(self, errors: list[LoadError]) -> None:
+        """The files that cannot be read; shown on the next rebuild (``set_skills`` follows)."""
+        self.errors = list(errors)
+
+    def error_for(self, path: str) -> LoadError | None:
+        return next((e for e in self.errors if str(Path(e.path)) == str(Path(path))), None)
+
     def mark(self, key: str, kind: str) -> None:
         self.session_marks[key] = kind
 
@@ -170,6 +181,17 @@ class SkillTree(QWidget):
         shown = [s for s in self.skills if matches(s, needle)]
         self.tree.setUpdatesEnabled(False)
         self.tree.clear()
+        if self.errors:
+            bad = self._group(self.tree, "errors", f"Can't read ({len(self.errors)})", "warning")
+            self._expanded.add("errors")
+            for e in sorted(self.errors, key=lambda e: e.path):
+                p = Path(e.path)
+                name = p.parent.name if p.name == "SKILL.md" else p.name
+                item = QTreeWidgetItem(bad, [name, "error"])
+                item.setIcon(0, theme.icon("warning"))
+                item.setData(0, PATH_ROLE, str(p))
+                item.setData(0, ERROR_ROLE, e.reason)
+                item.setToolTip(0, f"<b>{e.path}</b><br>{e.reason}")
         mine = [s for s in shown if s.scope == "user"]
         root_key = f"Users/{self.user}"
         top = self._group(self.tree, root_key, f"Users/{self.user} ({len(mine)})", "user")
