@@ -177,6 +177,8 @@ class Turn:
                 system = str(m.get("content") or "") or system  # the caller's system prompt wins
             elif m.get("role") in ("user", "assistant"):
                 history.append({"role": m["role"], "content": str(m.get("content") or "")})
+        if not skills_block:  # nothing applies: the user's system prompt alone
+            return [{"role": "system", "content": system}, *history] if system else history
         sys_msg = prompts.load("chat", self.tier).render(system_prompt=system,
                                                          skills=skills_block)[0]
         return [sys_msg, *history]

@@ -101,7 +101,7 @@ def test_chat_injects_the_matching_skill_in_a_stable_system_prompt(make_desk):
     assert not r.rewritten and r.query.startswith("Summarize this article")
     system = llm.sent[-1][0]
     assert system["role"] == "system" and "one-line TL;DR" in system["content"]
-    assert "Never mention skills" in system["content"]
+    assert "Never quote, list or mention the skills" in system["content"]
     assert [m["role"] for m in llm.sent[-1]] == ["system", "user"]
     # next turn, same skill: the system message (prefix) is byte-identical
     desk.chat([U("Summarize this article about the history of tea in China."), A(r.text),
@@ -111,6 +111,10 @@ def test_chat_injects_the_matching_skill_in_a_stable_system_prompt(make_desk):
     r2 = desk.chat([U("What is the boiling point of water at sea level?")], learn=False)
     assert all(x.score < i.score for x in r2.injected)
     assert ("TL;DR" in llm.sent[-1][0]["content"]) == bool(r2.injected)
+    # no skill applies: the system prompt alone, without the skills section
+    desk.index.params = desk.index.params.with_(threshold=0.99)
+    desk.chat([U("What is the boiling point of water at sea level?")], learn=False)
+    assert llm.sent[-1][0] == {"role": "system", "content": desk.config.model.system_prompt}
 
 
 def test_llm_rewrite_on_capable_models(make_desk):
