@@ -179,6 +179,11 @@ def test_body_round_trip_keeps_hand_written_sections():
     ("Write a two-line poem about never giving up.", False),
     ("帮我把这句话改得通顺一点：我们明天不要开会了因为老板出差。", False),
     ("以后给客户写邮件都用正式的商务语气。", True),
+    ("Again, I always want summaries to start with a one-line TL;DR.", True),
+    ("I'd like you to never use the passive voice.", True),
+    ("I always forget my router password.", False),
+    ("Why do I always want coffee after lunch?", False),
+    ("我希望你每次都先给结论。", True),
 ])
 def test_rule_sentences(sentence, is_rule):
     assert is_rule_sentence(sentence) is is_rule
@@ -190,6 +195,22 @@ def test_rule_extraction_uses_the_users_words_only():
     [c] = rule_extract(w)
     assert c.constraints == ["Always start summaries with a one-line TL;DR"]
     assert "tables" not in c.text.lower() and c.level_guessed
+
+
+@pytest.mark.parametrize("said, rule", [
+    ("Summarize: the office is closed on Monday. Again, I always want summaries to start with "
+     "a one-line TL;DR.", "Summaries should always start with a one-line TL;DR"),
+    ("I'd like you to never use the passive voice.", "Never use the passive voice"),
+    ("I want you to answer in French from now on.", "Answer in French"),
+    ("I prefer answers that end with a short checklist.",
+     "Prefer answers that end with a short checklist"),
+    ("Again, I always want my emails signed 'Best regards, Sam'.",
+     "Emails should always be signed 'Best regards, Sam'"),
+])
+def test_first_person_preferences_become_instructions(said, rule):
+    """A model follows an instruction more often than a report of what the user wants."""
+    [c] = rule_extract(gate.windows([U(said)])[0])
+    assert c.constraints == [rule]
 
 
 # ------------------------------------------------------------------------------ garbage

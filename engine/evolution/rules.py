@@ -92,13 +92,41 @@ def is_rule_sentence(sentence: str) -> bool:
     return any(_CLAUSE_RULE.search(c.strip()) for c in _CLAUSE.split(s))
 
 
-_NAME_PREFACE = re.compile(r"^i (always |never |usually |really )?(would |'d )?"
-                           r"(want|need|like|prefer|expect)( you)?( to)?( always)?\s+", re.I)
+# "I'd like you to always answer in French" → "Always answer in French";
+# "I always want summaries to start with X" → "Summaries should always start with X";
+# "I prefer answers that …" → "Prefer answers that …". A model follows a rule it is given as an
+# instruction more often than a report of what the user wants.
+_WANT_YOU = re.compile(r"^i(?: (always|usually|really))?(?: would|'d)? (?:like|want|need|expect|"
+                       r"prefer) you to (?:(always|never) )?(.+)$", re.I)
+_WANT_THING = re.compile(r"^i(?: (always|never|usually|really))? (?:want|need|like|prefer|expect) "
+                         r"(?:my |all |your )?((?:\w+ )?\w+) to (.+)$", re.I)
+_WANT_DONE = re.compile(r"^i(?: (always|never|usually|really))? (?:want|need|like|prefer|expect) "
+                        r"(?:my |all |your )?((?:\w+ )?\w+) (\w+ed) (.+)$", re.I)
+_PREFER = re.compile(r"^i (?:really )?prefer (.+)$", re.I)
+
+
+def _imperative(rule: str) -> str:
+    if m := _WANT_YOU.match(rule):
+        adverb = m[2] or ("always" if (m[1] or "").lower() == "always" else "")
+        out = f"{adverb} {m[3]}" if adverb else m[3]
+    elif m := _WANT_THING.match(rule):
+        adverb = (m[1] or "").lower()
+        adverb = adverb + " " if adverb in ("always", "never") else ""
+        out = f"{m[2]} should {adverb}{m[3]}"
+    elif m := _WANT_DONE.match(rule):  # "I want my emails signed X" → "Emails should be signed X"
+        adverb = (m[1] or "").lower()
+        adverb = adverb + " " if adverb in ("always", "never") else ""
+        out = f"{m[2]} should {adverb}be {m[3]} {m[4]}"
+    elif m := _PREFER.match(rule):
+        out = f"prefer {m[1]}"
+    else:
+        return rule
+    return out[:1].upper() + out[1:]
 
 
 def _name(rule: str) -> str:
-    bare = _NAME_PREFACE.sub("", rule)
-    rule = bare[:1].upper() + bare[1:] if bare else rule
+    # "Summaries should always start with X" → "Summaries start with X" (a title, not a rule)
+    rule = re.sub(r"\bshould (always )?(be )?", lambda m: "are " if m[2] else "", rule, count=1)
     if language(rule) == "zh":
         return clip(re.sub(r"[，,。：:；;].*$", "", rule), 16)
     words = rule.split()
@@ -117,7 +145,7 @@ def rule_extract(w: Window) -> list[Candidate]:
         for m in _SENTENCE.finditer(t.text):
             sent = m[0].strip()
             if sent and is_rule_sentence(sent):
-                cleaned = _clean(scrub(sent))
+                cleaned = _imperative(_clean(scrub(sent)))
                 if len(content_tokens(cleaned)) >= 2:
                     rules.append(cleaned)
     lang = language(w.user_text)
