@@ -71,16 +71,17 @@ def error_html(path: str | Path, reason: str) -> str:
     """A file that cannot be read: why, what to do, and its text as it is on disk."""
     c = theme.colors()
     try:
-        raw = Path(path).read_bytes()[:RAW_MAX_CHARS].decode("utf-8", "replace")
+        with open(path, "rb") as fh:  # a huge or binary file is never read whole
+            raw = fh.read(RAW_MAX_CHARS).decode("utf-8", "replace")
     except OSError as exc:
         raw = f"({exc.strerror or exc})"
     if "\x00" in raw:
         raw = "(binary content not shown)"
     return (f'<h3>This file cannot be read</h3>'
             f'<p style="color:{c["danger"]};">{html.escape(reason)}</p>'
-            "<p>Nothing was lost: the file is unchanged on disk and earlier versions stay in "
-            "the bank's history. Fix it in your editor and save: SkillDesk reloads it and uses "
-            "it again. Until then this skill is not used in answers.</p>"
+            "<p>Nothing was lost: the file is unchanged on disk, and its earlier versions (if "
+            "SkillDesk ever read it) stay in the bank's history. Fix it in your editor and save: "
+            "SkillDesk reloads it and uses it again. Until then it is not used in answers.</p>"
             f'<p style="color:{c["muted"]};">{html.escape(str(path))}</p>'
             f"<pre>{html.escape(raw)}</pre>")
 
