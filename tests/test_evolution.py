@@ -18,6 +18,7 @@ from engine.evolution.candidate import Candidate, parse_body
 from engine.evolution.checks import known_already, repair_merge, vet_candidate
 from engine.evolution.client import LLMClient
 from engine.evolution.oracle import OracleLLM
+from engine.evolution.pipeline import Neighbour
 from engine.evolution.rules import is_rule_sentence, rule_extract
 from engine.llm.structured import check_schema, parse_and_validate
 from engine.llm.worker import ModelWorker
@@ -248,6 +249,31 @@ def test_garbage_from_the_model_is_a_discard_never_a_crash_never_a_skill(tmp_pat
     assert "unusable" in actions[0].reason or "not shown" in actions[0].reason
     assert {p: p.read_bytes() for p in (tmp_path / "bank" / "Users").rglob("SKILL.md")} == before
     assert len(bank.load("default").skills) == len(seeded)
+
+
+class MergeEverythingLLM(OracleLLM):
+    """A judge that merges every candidate into its first neighbour (what Qwen did once with
+    an SQL rule and a Python skill)."""
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "action" in set(schema.get("properties") or {}):
+            self.calls.append("judge")
+            return {"action": "merge", "target": 1, "reason": "same task (code style)"}
+        return super().structured(messages, schema, params, cancel)
+
+
+def test_a_merge_across_named_tools_is_overruled_to_an_add(tmp_path):
+    sc = next(s for s in SCENARIOS if s["id"] == "en-distractor-add")
+    bank = SkillBank(tmp_path / "bank")
+    seed_bank(bank, "default", sc)
+    python = next(s for s in bank.load("default").skills if s.title == "Python code style")
+    search = lambda q, k: [Neighbour(python, 0.9, 0.9, 0.9)]  # noqa: E731 - the judge's view
+    llm = MergeEverythingLLM(sc)
+    actions = Pipeline(bank, "default", LLMClient(llm), search=search).run(sc["messages"], "turn")
+    assert "judge" in llm.calls
+    [add] = actions
+    assert add.kind == "add" and "overruled" in add.reason and "sql" in add.reason, add
+    assert bank.read(python.path).version == python.version  # the Python skill is untouched
 
 
 def test_structured_error_type_from_validation():

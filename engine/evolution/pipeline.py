@@ -24,7 +24,7 @@ from .candidate import Candidate
 from .checks import known_already, repair_merge, union, vet_candidate
 from .client import LLMClient
 from .events import Action
-from .rules import rule_extract
+from .rules import named_tools, rule_extract
 from .text import clip, content_tokens, coverage, jaccard, language, normalize, scrub
 
 log = logging.getLogger("skilldesk.evolution")
@@ -225,6 +225,11 @@ class Pipeline:
             if n.score < MERGE_FLOOR and overlap < 0.1:  # a merge into an unrelated skill
                 return "add", None, (f"{reason} — overruled: {n.skill.title} is unrelated "
                                      f"(score {n.score:.2f})")
+            mine, theirs = named_tools(c.text), named_tools(Candidate.from_skill(n.skill).text)
+            if mine and theirs and mine.isdisjoint(theirs):  # SQL rules never go into Python
+                return "add", None, (f"{reason} — overruled: {n.skill.title} is about "
+                                     f"{', '.join(sorted(theirs))}, this about "
+                                     f"{', '.join(sorted(mine))}")
             return "merge", n, reason
         return action, None, reason
 

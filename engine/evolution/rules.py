@@ -54,6 +54,11 @@ _CLAUSE = re.compile(r"[,，:：]\s*")
 _TOOLS = re.compile(r"\b(json|sql|git|python|regex|csv|yaml|bash|shell|api|excel|css|html|"
                     r"javascript|typescript|pytest|markdown|latex|docker)\b", re.I)
 
+def named_tools(text: str) -> set[str]:
+    """The languages and tools a text names ("sql", "python"…), lowercased."""
+    return {m.lower() for m in _TOOLS.findall(text or "")}
+
+
 FORMAT_RULES = {
     "bullets": ("Use bullet points", "用要点列出"),
     "table": ("Use a table", "用表格"),
