@@ -60,3 +60,46 @@ def bundled_model_path() -> Path:
     path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert path.is_file(), path
     return path
+
+
+APP_OPEN_MS = 180_000
+
+
+@pytest.fixture
+def open_app(qtbot, tmp_path):
+    """Open the real main window (offscreen), the way the app starts it.
+
+    ``open_app(bank_dir, model=path, max_tokens=16, n_ctx=1024)``: settings for ``bank_dir``
+    (model options as keywords; 2 threads), saved so it is not a first run, window state in
+    ``tmp_path/qt.ini`` (calling it again is a restart), then wait for ``wait`` (a Session
+    signal; None: do not wait). ``engine=False``: the skill views only, no engine or model.
+    """
+
+    def open_(bank_dir, *, model=None, settings=None, engine=True, wait="engine_ready",
+              max_tokens=None, **model_options):
+        from PySide6.QtCore import QSettings
+
+        from desktop.app import create_window
+        from engine.settings import Settings
+
+        settings = settings or Settings()
+        settings.bank = str(bank_dir)
+        if model is not None:
+            settings.model.model = str(model)
+            settings.model.n_threads = 2
+        for key, value in model_options.items():
+            setattr(settings.model, key, value)
+        if engine:
+            settings.save()
+        qs = QSettings(str(tmp_path / "qt.ini"), QSettings.Format.IniFormat)
+        w = create_window(None, settings, qs, engine=engine)
+        if max_tokens:
+            w.session.chat.max_tokens = max_tokens
+        qtbot.addWidget(w)
+        w.show()
+        if engine and wait:
+            with qtbot.waitSignal(getattr(w.session, wait), timeout=APP_OPEN_MS):
+                pass
+        return w
+
+    return open_

@@ -12,34 +12,13 @@ import pytest
 pytest.importorskip("pytestqt")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QSettings  # noqa: E402
 
 from engine.bank import SkillBank  # noqa: E402
-from engine.settings import Settings  # noqa: E402
 from engine.skill import Skill  # noqa: E402
 
 pytestmark = pytest.mark.model
-OPEN_TIMEOUT_MS = 180_000
+SMALL = {"n_ctx": 1024, "temperature": 0.0}  # the bundled model, greedy
 TURN_TIMEOUT_MS = 180_000
-
-
-def open_window(qtbot, tmp_path, bank_dir, model_path, max_tokens=16):
-    from desktop.app import create_window
-
-    settings = Settings(bank=str(bank_dir))
-    settings.model.model = str(model_path)
-    settings.model.n_threads = 2
-    settings.model.n_ctx = 1024
-    settings.model.temperature = 0.0
-    settings.save()
-    qs = QSettings(str(tmp_path / "qt.ini"), QSettings.Format.IniFormat)
-    w = create_window(None, settings, qs)
-    w.session.chat.max_tokens = max_tokens
-    qtbot.addWidget(w)
-    w.show()
-    with qtbot.waitSignal(w.session.engine_ready, timeout=OPEN_TIMEOUT_MS):
-        pass
-    return w
 
 
 @pytest.fixture
@@ -62,9 +41,9 @@ def send(w, qtbot, text: str) -> list[str]:
     return chunks
 
 
-def test_send_streams_an_answer_and_shows_it(qtbot, tmp_path, bank_with_skill,
+def test_send_streams_an_answer_and_shows_it(qtbot, open_app, bank_with_skill,
                                              bundled_model_path):
-    w = open_window(qtbot, tmp_path, bank_with_skill, bundled_model_path)
+    w = open_app(bank_with_skill, model=bundled_model_path, max_tokens=16, **SMALL)
     chunks = send(w, qtbot, "Please summarize this text: the meeting moved to Friday.")
     assert len(chunks) >= 2, chunks  # streamed, not one block
     answer = w.chat.bubbles[-1]
@@ -86,8 +65,8 @@ def test_send_streams_an_answer_and_shows_it(qtbot, tmp_path, bank_with_skill,
     assert msgs[1].content == answer.text and msgs[1].meta["injected"][0]["name"] == "tl-dr-summaries"
 
 
-def test_stop_ends_the_answer_quickly(qtbot, tmp_path, bank_dir, bundled_model_path):
-    w = open_window(qtbot, tmp_path, bank_dir, bundled_model_path, max_tokens=400)
+def test_stop_ends_the_answer_quickly(qtbot, open_app, bank_dir, bundled_model_path):
+    w = open_app(bank_dir, model=bundled_model_path, max_tokens=400, **SMALL)
     stamps: list[float] = []
     w.session.chat.worker.chunk.connect(lambda _rid, _t: stamps.append(time.perf_counter()))
     w.chat.input.setPlainText("Write a long story about a lighthouse keeper and the sea.")
@@ -109,8 +88,8 @@ def test_stop_ends_the_answer_quickly(qtbot, tmp_path, bank_dir, bundled_model_p
           f"({per_token * 1000:.0f} ms per chunk before Stop)")
 
 
-def test_regenerate_edit_and_restart(qtbot, tmp_path, bank_dir, bundled_model_path):
-    w = open_window(qtbot, tmp_path, bank_dir, bundled_model_path)
+def test_regenerate_edit_and_restart(qtbot, open_app, bank_dir, bundled_model_path):
+    w = open_app(bank_dir, model=bundled_model_path, max_tokens=16, **SMALL)
     send(w, qtbot, "Name one colour.")
     cid = w.controller.cid
     first = w.chat.bubbles[-1].text
@@ -133,7 +112,7 @@ def test_regenerate_edit_and_restart(qtbot, tmp_path, bank_dir, bundled_model_pa
     w.close()
 
     # the chat is there after a restart
-    w2 = open_window(qtbot, tmp_path, bank_dir, bundled_model_path)
+    w2 = open_app(bank_dir, model=bundled_model_path, max_tokens=16, **SMALL)
     first_item = w2.conversations.list.item(0)
     assert first_item.text() == "Name one colour."  # titled from the first message
     w2.conversations._activate(first_item)
@@ -142,8 +121,8 @@ def test_regenerate_edit_and_restart(qtbot, tmp_path, bank_dir, bundled_model_pa
 
 
 def test_switching_chats_while_answering_keeps_the_answer_where_it_belongs(
-        qtbot, tmp_path, bank_dir, bundled_model_path):
-    w = open_window(qtbot, tmp_path, bank_dir, bundled_model_path, max_tokens=300)
+        qtbot, open_app, bank_dir, bundled_model_path):
+    w = open_app(bank_dir, model=bundled_model_path, max_tokens=300, **SMALL)
     chunks: list[str] = []
     w.session.chat.worker.chunk.connect(lambda _rid, t: chunks.append(t))
     w.chat.input.setPlainText("Write a long poem about rivers.")

@@ -14,12 +14,10 @@ import pytest
 pytest.importorskip("pytestqt")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QTreeWidgetItem  # noqa: E402
 
 from engine.bank import SkillBank  # noqa: E402
 from engine.evolution.candidate import render_body  # noqa: E402
-from engine.settings import Settings  # noqa: E402
 from engine.skill import Skill  # noqa: E402
 
 REPORT = "How the user wants weekly status reports written for the team."
@@ -37,9 +35,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def window(qtbot, bank_dir, tmp_path):
-    from desktop.app import create_window
-
+def window(qtbot, open_app, bank_dir):
     bank = SkillBank(bank_dir)
     bank.create(_skill("Weekly report", REPORT,
                        ["Use three sections: done, next, blockers", "At most 200 words"],
@@ -66,11 +62,7 @@ def window(qtbot, bank_dir, tmp_path):
         ---
         """) + render_body(REPORT, ["Use three sections: done, next, blockers",
                                     "At most 200 words"], []), encoding="utf-8")
-    settings = Settings(bank=str(bank_dir))
-    qs = QSettings(str(tmp_path / "qt.ini"), QSettings.Format.IniFormat)
-    w = create_window(None, settings, qs, engine=False)
-    qtbot.addWidget(w)
-    w.show()
+    w = open_app(bank_dir, engine=False)
     qtbot.waitUntil(lambda: len(w.tree.items()) == 5, timeout=10000)
     yield w
     w.close()

@@ -84,20 +84,9 @@ def test_qt_bindings_keep_references_to_none(qapp):
     assert abs(sys.getrefcount(None) - before) < 10  # the bug: -4000
 
 
-def test_missing_model_is_reported_never_faked(qtbot, tmp_path, bank_dir):
+def test_missing_model_is_reported_never_faked(qtbot, open_app, tmp_path, bank_dir):
     """No loadable model: a clear message in the window, and sending gives no answer at all."""
-    from PySide6.QtCore import QSettings
-
-    from desktop.app import create_window
-
-    settings = Settings(bank=str(bank_dir))
-    settings.model.model = str(tmp_path / "missing.gguf")
-    qs = QSettings(str(tmp_path / "qt.ini"), QSettings.Format.IniFormat)
-    w = create_window(None, settings, qs)
-    qtbot.addWidget(w)
-    w.show()
-    with qtbot.waitSignal(w.session.model_failed, timeout=180_000):
-        pass
+    w = open_app(bank_dir, model=tmp_path / "missing.gguf", wait="model_failed")
     assert w.chat.banner.isVisible()
     assert "No model could be loaded" in w.chat.banner.label.text()
     assert "missing.gguf" in w.chat.banner.label.text()

@@ -11,9 +11,7 @@ import pytest
 pytest.importorskip("pytestqt")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QSettings  # noqa: E402
 
-from engine.settings import Settings  # noqa: E402
 
 pytestmark = pytest.mark.model
 PREFERENCE_CHAT = [
@@ -26,22 +24,8 @@ PREFERENCE_CHAT = [
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, bank_dir, bundled_model_path):
-    from desktop.app import create_window
-
-    settings = Settings(bank=str(bank_dir))
-    settings.model.model = str(bundled_model_path)
-    settings.model.n_threads = 2
-    settings.model.n_ctx = 1024
-    settings.save()
-    qs = QSettings(str(tmp_path / "qt.ini"), QSettings.Format.IniFormat)
-    w = create_window(None, settings, qs)
-    w.session.chat.max_tokens = 12
-    qtbot.addWidget(w)
-    w.show()
-    with qtbot.waitSignal(w.session.engine_ready, timeout=180_000):
-        pass
-    return w
+def window(open_app, bank_dir, bundled_model_path):
+    return open_app(bank_dir, model=bundled_model_path, max_tokens=12, n_ctx=1024)
 
 
 def test_learned_skill_toast_show_and_undo(window, qtbot):

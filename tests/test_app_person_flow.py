@@ -23,7 +23,6 @@ import pytest
 pytest.importorskip("pytestqt")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QSettings  # noqa: E402
 
 from engine.llm.registry import recommended_path  # noqa: E402
 from engine.settings import Settings  # noqa: E402
@@ -84,25 +83,12 @@ def send(w, qtbot, text: str) -> str:
 
 
 def test_state_a_preference_twice_edit_the_skill_and_the_next_answer_follows(
-        qtbot, tmp_path, bank_dir, qwen_path):
-    from desktop.app import create_window
-
+        qtbot, open_app, tmp_path, bank_dir, qwen_path):
     editor = tmp_path / "editor.py"
     editor.write_text(EDITOR, encoding="utf-8")
-    settings = Settings(bank=str(bank_dir))
-    settings.model.model = str(qwen_path)
-    settings.model.n_threads = 2
-    settings.model.temperature = 0.0
-    settings.editor_command = f"{sys.executable} {editor} {{path}}"
-    settings.save()
-    w = create_window(None, settings, QSettings(str(tmp_path / "qt.ini"),
-                                                QSettings.Format.IniFormat))
-    w.session.chat.max_tokens = 200
+    w = open_app(bank_dir, settings=Settings(editor_command=f"{sys.executable} {editor} {{path}}"),
+                 model=qwen_path, temperature=0.0, max_tokens=200, wait="model_ready")
     w.resize(1440, 860)
-    qtbot.addWidget(w)
-    w.show()
-    with qtbot.waitSignal(w.session.model_ready, timeout=TURN_MS):
-        pass
     assert w.session.starter_created  # first run: the starter bank, no learned skill yet
     events = []
     w.session.learning_event.connect(events.append)

@@ -12,9 +12,7 @@ import pytest
 pytest.importorskip("pytestqt")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QElapsedTimer, QSettings, QTimer  # noqa: E402
-
-from engine.settings import Settings  # noqa: E402
+from PySide6.QtCore import QElapsedTimer, QTimer  # noqa: E402
 
 pytestmark = pytest.mark.model
 TARGET_MS = 100
@@ -56,22 +54,9 @@ class GapMeter:
                 "median_ms": g[len(g) // 2]}
 
 
-def test_event_loop_keeps_running_during_generation_and_learning(qtbot, tmp_path, bank_dir,
+def test_event_loop_keeps_running_during_generation_and_learning(qtbot, open_app, bank_dir,
                                                                  bundled_model_path):
-    from desktop.app import create_window
-
-    settings = Settings(bank=str(bank_dir))
-    settings.model.model = str(bundled_model_path)
-    settings.model.n_threads = 2
-    settings.model.n_ctx = 1024
-    settings.save()
-    qs = QSettings(str(tmp_path / "qt.ini"), QSettings.Format.IniFormat)
-    w = create_window(None, settings, qs)
-    w.session.chat.max_tokens = 96
-    qtbot.addWidget(w)
-    w.show()
-    with qtbot.waitSignal(w.session.engine_ready, timeout=180_000):
-        pass
+    w = open_app(bank_dir, model=bundled_model_path, max_tokens=96, n_ctx=1024)
     queue = w.session.desk.evolution
     events: list[str] = []
     w.session.learning_event.connect(lambda ev: events.append(ev.kind))

@@ -14,10 +14,8 @@ import pytest
 pytest.importorskip("pytestqt")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtCore import QSettings  # noqa: E402
 
 from engine.bank import SkillBank  # noqa: E402
-from engine.settings import Settings  # noqa: E402
 from engine.skill import Skill  # noqa: E402
 
 
@@ -29,9 +27,7 @@ def make_skill(bank: SkillBank, title: str, description: str, tags=(), level="fu
 
 
 @pytest.fixture
-def window(qtbot, bank_dir, tmp_path):
-    from desktop.app import create_window
-
+def window(qtbot, open_app, bank_dir):
     bank = SkillBank(bank_dir)
     make_skill(bank, "TL;DR first", "Start every summary with a one-line TL;DR.", ["summaries"])
     make_skill(bank, "周报格式", "用正式的商务语气写周报。", ["写作"], level="planning")
@@ -49,11 +45,7 @@ def window(qtbot, bank_dir, tmp_path):
         # Goal
         Commit messages.
         """), encoding="utf-8")
-    settings = Settings(bank=str(bank_dir))
-    qs = QSettings(str(tmp_path / "qt.ini"), QSettings.Format.IniFormat)
-    w = create_window(None, settings, qs, engine=False)
-    qtbot.addWidget(w)
-    w.show()
+    w = open_app(bank_dir, engine=False)
     qtbot.waitUntil(lambda: len(w.tree.items()) == 3, timeout=10000)
     yield w
     w.close()
