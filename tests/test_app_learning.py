@@ -14,13 +14,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
 pytestmark = pytest.mark.model
-PREFERENCE_CHAT = [
-    {"role": "user", "content": "From now on, always start summaries with a one-line TL;DR."},
-    {"role": "assistant", "content": "Understood: TL;DR first."},
-    {"role": "user", "content": "Summarize: the release moved to Friday because QA found a bug. "
-                                "Remember, TL;DR line first, always."},
-    {"role": "assistant", "content": "TL;DR: release on Friday.\nQA found a bug, so it moved."},
-]
 
 
 @pytest.fixture
@@ -28,7 +21,7 @@ def window(open_app, bank_dir, bundled_model_path):
     return open_app(bank_dir, model=bundled_model_path, max_tokens=12, n_ctx=1024)
 
 
-def test_learned_skill_toast_show_and_undo(window, qtbot):
+def test_learned_skill_toast_show_and_undo(window, qtbot, preference_chat):
     w = window
     events, where = [], []
     w.session.learning_event.connect(events.append)
@@ -41,7 +34,7 @@ def test_learned_skill_toast_show_and_undo(window, qtbot):
 
     queue.subscribe(on_engine_thread)
     assert pool.activeThreadCount() == 0
-    queue.submit(PREFERENCE_CHAT)
+    queue.submit(preference_chat)
     qtbot.waitUntil(lambda: any(e.kind == "done" for e in events), timeout=300_000)
     kinds = [e.kind for e in events]
     assert kinds[:2] == ["queued", "running"]

@@ -24,7 +24,6 @@ pytest.importorskip("pytestqt")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
-from engine.llm.registry import recommended_path  # noqa: E402
 from engine.settings import Settings  # noqa: E402
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -54,14 +53,6 @@ EDITOR = textwrap.dedent(f"""\
     os.replace(tmp, p)
 """)
 
-
-@pytest.fixture
-def qwen_path():
-    path = recommended_path()
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: run `skilldesk models install recommended` "
-                    "(make test does)")
-    return path
 
 
 def shoot(w, name: str, fallback: Path) -> Path:

@@ -16,13 +16,6 @@ from PySide6.QtCore import QElapsedTimer, QTimer  # noqa: E402
 
 pytestmark = pytest.mark.model
 TARGET_MS = 100
-PREFERENCE_CHAT = [
-    {"role": "user", "content": "From now on, always start summaries with a one-line TL;DR."},
-    {"role": "assistant", "content": "Understood: TL;DR first."},
-    {"role": "user", "content": "Summarize: the release moved to Friday because QA found a bug. "
-                                "Remember, TL;DR line first, always."},
-    {"role": "assistant", "content": "TL;DR: release on Friday.\nQA found a bug, so it moved."},
-]
 
 
 class GapMeter:
@@ -55,7 +48,7 @@ class GapMeter:
 
 
 def test_event_loop_keeps_running_during_generation_and_learning(qtbot, open_app, bank_dir,
-                                                                 bundled_model_path):
+                                                                 bundled_model_path, preference_chat):
     w = open_app(bank_dir, model=bundled_model_path, max_tokens=96, n_ctx=1024)
     queue = w.session.desk.evolution
     events: list[str] = []
@@ -73,7 +66,7 @@ def test_event_loop_keeps_running_during_generation_and_learning(qtbot, open_app
     meter = GapMeter()
     meter.start()
     t0 = time.perf_counter()
-    job = queue.submit(PREFERENCE_CHAT)  # background learning, on the engine's queue
+    job = queue.submit(preference_chat)  # background learning, on the engine's queue
     qtbot.waitUntil(lambda: "running" in events, timeout=30_000)
     w.chat.input.setPlainText("Summarize: the office is closed on Monday for maintenance.")
     w.chat.send_btn.click()  # foreground generation, streamed to the GUI

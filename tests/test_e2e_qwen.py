@@ -9,19 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from engine.llm.registry import recommended_path
 from engine.settings import Settings
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
-
-@pytest.fixture(scope="module")
-def qwen_path():
-    path = recommended_path()
-    if not path.is_file():
-        pytest.fail(f"{path} is missing: run `skilldesk models install recommended` "
-                    "(make test does)")
-    return path
 
 
 def test_learn_a_preference_then_follow_it(qwen_path, tmp_path):
