@@ -54,6 +54,7 @@ _CLAUSE = re.compile(r"[,，:：]\s*")
 _TOOLS = re.compile(r"\b(json|sql|git|python|regex|csv|yaml|bash|shell|api|excel|css|html|"
                     r"javascript|typescript|pytest|markdown|latex|docker)\b", re.I)
 
+
 def named_tools(text: str) -> set[str]:
     """The languages and tools a text names ("sql", "python"…), lowercased."""
     return {m.lower() for m in _TOOLS.findall(text or "")}
@@ -103,10 +104,9 @@ def is_rule_sentence(sentence: str) -> bool:
 # instruction more often than a report of what the user wants.
 _WANT_YOU = re.compile(r"^i(?: (always|usually|really))?(?: would|'d)? (?:like|want|need|expect|"
                        r"prefer) you to (?:(always|never) )?(.+)$", re.I)
+# "I want X to Y" / "I want X signed Y" (X: one or two words)
 _WANT_THING = re.compile(r"^i(?: (always|never|usually|really))? (?:want|need|like|prefer|expect) "
-                         r"(?:my |all |your )?((?:\w+ )?\w+) to (.+)$", re.I)
-_WANT_DONE = re.compile(r"^i(?: (always|never|usually|really))? (?:want|need|like|prefer|expect) "
-                        r"(?:my |all |your )?((?:\w+ )?\w+) (\w+ed) (.+)$", re.I)
+                         r"(?:my |all |your )?((?:\w+ )?\w+) (?:to (.+)|(\w+ed) (.+))$", re.I)
 _PREFER = re.compile(r"^i (?:really )?prefer (.+)$", re.I)
 
 
@@ -117,11 +117,8 @@ def _imperative(rule: str) -> str:
     elif m := _WANT_THING.match(rule):
         adverb = (m[1] or "").lower()
         adverb = adverb + " " if adverb in ("always", "never") else ""
-        out = f"{m[2]} should {adverb}{m[3]}"
-    elif m := _WANT_DONE.match(rule):  # "I want my emails signed X" → "Emails should be signed X"
-        adverb = (m[1] or "").lower()
-        adverb = adverb + " " if adverb in ("always", "never") else ""
-        out = f"{m[2]} should {adverb}be {m[3]} {m[4]}"
+        action = m[3] if m[3] is not None else f"be {m[4]} {m[5]}"
+        out = f"{m[2]} should {adverb}{action}"
     elif m := _PREFER.match(rule):
         out = f"prefer {m[1]}"
     else:
@@ -168,7 +165,7 @@ def rule_extract(w: Window) -> list[Candidate]:
     if not is_rule_sentence(first) and len(w.turns) > 1:
         triggers.append(clip(scrub(first), 80))
     name = _name(rules[0])
-    level = "atomic" if _TOOLS.search(" ".join(rules)) else "functional"
+    level = "atomic" if named_tools(" ".join(rules)) else "functional"
     c = Candidate(name=name, description=clip("; ".join(rules), 200), goal=clip(rules[0], 200),
                   constraints=rules[:6], triggers=triggers + [name], tags=[], level=level,
                   confidence=0.6, level_guessed=True)
