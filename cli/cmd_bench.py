@@ -1,7 +1,7 @@
 """`skilldesk bench NAME [ARGS...]`: run one benchmark and print its table.
 
-Generic on purpose: the names come from ``engine.bench.BENCHES`` and ``bench NAME ARGS``
-calls ``engine.bench.NAME.main(ARGS)`` (imported only then), so adding a bench never touches
+Generic on purpose: the names come from ``bench.BENCHES`` and ``bench NAME ARGS``
+calls ``bench.NAME.main(ARGS)`` (imported only then), so adding a bench never touches
 this file. ``skilldesk bench NAME --help`` shows that bench's own options.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.bench import BENCHES, load
+from bench import BENCHES, load
 
 
 def register(sub) -> None:

@@ -89,7 +89,7 @@ def run(args) -> int:
         return _repl(desk, args, learn)
     finally:
         if learn and args.message is not None:
-            desk.evolution.wait_idle(timeout=600)
+            desk.learning.wait_idle(timeout=600)
         desk.close()
 
 
@@ -106,7 +106,7 @@ def _one_shot(desk, args, learn: bool) -> int:
 
 
 def _repl(desk, args, learn: bool) -> int:
-    from engine.conversations import ConversationStore
+    from engine.chat.conversations import ConversationStore
 
     store = ConversationStore()
     conv = store.new()
@@ -118,7 +118,7 @@ def _repl(desk, args, learn: bool) -> int:
             notes.put(f"\033[32m✓ {verb} skill: {ev.title or ev.skill_name} "
                       f"(v{ev.version})\033[0m {ev.path or ''}")
 
-    unsubscribe = desk.evolution.subscribe(on_event)
+    unsubscribe = desk.learning.subscribe(on_event)
     print("loading the model…", end="\r", flush=True)
     backend = desk.worker.wait_ready()
     print(f"SkillDesk chat · model: {backend.name} · "
@@ -150,12 +150,12 @@ def _repl(desk, args, learn: bool) -> int:
                     for s in (last.injected if last else []):
                         print(f"  {s.title} v{s.version} score {s.score:.2f}  {s.path}")
                 elif cmd == "/learning":
-                    print(f"  {desk.evolution.state()}")
+                    print(f"  {desk.learning.state()}")
                 elif cmd == "/pause":
-                    desk.evolution.pause()
+                    desk.learning.pause()
                     print("(learning paused)")
                 elif cmd == "/resume":
-                    desk.evolution.resume()
+                    desk.learning.resume()
                     print("(learning resumed)")
                 else:
                     print(HELP)

@@ -70,7 +70,7 @@ def _client(args, settings):
     if args.merge == "auto" and settings.model.backend == "local":
         if resolve_model(ref).tier == "tiny":
             return None
-    from engine.evolution.client import LLMClient
+    from engine.llm.client import LLMClient
     from engine.llm.factory import make_worker
 
     worker = make_worker(settings.model, args.model, n_threads=2)

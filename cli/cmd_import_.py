@@ -39,7 +39,7 @@ def _bar(done: int, total: int, what: str) -> None:
 
 def run(args) -> int:
     from engine import SkillDesk
-    from engine.bootstrap import run_import
+    from engine.imports.bootstrap import run_import
 
     settings = Settings.load()
     if args.model:

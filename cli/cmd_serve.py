@@ -21,7 +21,7 @@ from .main import add_bank_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from engine.server.config import DEFAULT_PORT, MAX_BODY_BYTES
+    from server.config import DEFAULT_PORT, MAX_BODY_BYTES
 
     p = sub.add_parser("serve", help="OpenAI-compatible proxy: chat with skills, skill API",
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
@@ -80,7 +80,7 @@ def build_settings(args: argparse.Namespace):
 
 
 def build_config(args: argparse.Namespace, user: str, settings):
-    from engine.server import ServerConfig, load_keys
+    from server import ServerConfig, load_keys
 
     keys: dict[str, str] = {}
     if args.keys:
@@ -94,7 +94,7 @@ def build_config(args: argparse.Namespace, user: str, settings):
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.server import Desks, create_app, serve
+    from server import Desks, create_app, serve
 
     bank, user = resolve(args, must_exist=False)
     settings = build_settings(args)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from engine.bank.transfer import export_skills, import_skills
 from engine.errors import SkillDeskError
-from engine.transfer import export_skills, import_skills
 
 from .common import print_json, resolve, short_path, table
 from .main import add_bank_args

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.bank import SkillBank
+from engine.bank.store import SkillBank
 from engine.errors import NotFoundError, SkillDeskError
 from engine.fsutil import check_component
 from engine.settings import Settings

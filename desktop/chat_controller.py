@@ -13,7 +13,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from engine.conversations import ConversationStore
+from engine.chat.conversations import ConversationStore
 
 from .chat_worker import ChatThread
 from .views.chat import ChatView

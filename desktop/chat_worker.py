@@ -156,6 +156,13 @@ class ChatWorker(QObject):
         if stream is not None:
             stream.cancel()
 
+    def cancel_all(self) -> None:
+        """Stop every request that runs now."""
+        with self._lock:
+            rids = list(self._streams)
+        for rid in rids:
+            self.cancel(rid)
+
 
 _stuck: list[Any] = []
 
@@ -194,10 +201,7 @@ class ChatThread(QObject):
 
     def stop(self, timeout_ms: int = 15000) -> None:
         """Cancel what runs, close the engine on its thread, and end the thread."""
-        with self.worker._lock:
-            rids = list(self.worker._streams)
-        for rid in rids:
-            self.worker.cancel(rid)
+        self.worker.cancel_all()
         self._shutdown.emit()
         self.thread.quit()
         if not self.thread.wait(timeout_ms):

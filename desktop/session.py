@@ -17,8 +17,8 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QApplication, QWidget
 
-from engine.bank import SkillBank
-from engine.conversations import ConversationStore
+from engine.bank.store import SkillBank
+from engine.chat.conversations import ConversationStore
 from engine.errors import SkillDeskError
 from engine.settings import Settings
 
@@ -26,7 +26,7 @@ from . import theme
 from .chat_worker import ChatThread
 from .first_run import WelcomeDialog, ensure_starter_bank, recommended_missing
 from .views.learning import LearningBridge
-from .watch import SkillWatcher
+from .watch import WatchBridge
 from .workers import run_async
 
 
@@ -61,7 +61,7 @@ class Session(QObject):
         self.starter_created = False
         self.learning = LearningBridge(self)
         self.learning.event.connect(self.learning_event)
-        self.watcher: SkillWatcher | None = None
+        self.watcher: WatchBridge | None = None
         self._loading = False
         self._reload_again = False
         self._unlisten = None
@@ -91,7 +91,7 @@ class Session(QObject):
     def _start_watcher(self) -> None:
         if self.watcher is not None:
             self.watcher.stop()
-        self.watcher = SkillWatcher(self.bank, self)
+        self.watcher = WatchBridge(self.bank, self)
         self.watcher.changed.connect(self._on_disk_change)
         desk = self.desk
         if not self.watcher.start(getattr(desk, "is_current", None)):
@@ -187,8 +187,8 @@ class Session(QObject):
         self.message.emit("Learning paused everywhere" if paused else "Learning resumed")
 
     def undo_event(self, ev: Any) -> None:
-        queue = self.learning.queue
-        if queue is None or ev is None:
+        desk = self.desk
+        if desk is None or ev is None:
             return
 
         def done(out: Any) -> None:
@@ -197,7 +197,7 @@ class Session(QObject):
             if ev.path:
                 self.files_changed.emit([ev.path])
 
-        run_async(lambda: queue.undo(ev.id), done,
+        run_async(lambda: desk.undo(ev.id), done,
                   lambda m: self.message.emit(f"Undo failed: {m}"))
 
     # ------------------------------------------------------------------ settings

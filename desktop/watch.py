@@ -1,6 +1,6 @@
 """Hand edits on disk → one Qt signal on the GUI thread.
 
-The engine's Qt-free :class:`engine.watcher.SkillWatcher` does the work (watchdog, debounce,
+The engine's Qt-free :class:`engine.bank.watcher.SkillWatcher` does the work (watchdog, debounce,
 ignoring temp/swap files and the bank's own folders, recording hand edits as versions, and
 dropping the app's own writes once the engine has indexed them). Its callback runs on the
 watcher's thread; this adapter re-emits the batch as ``changed(list[str])``, which Qt queues to
@@ -15,11 +15,11 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.bank import SkillBank
-from engine.watcher import SkillWatcher as EngineWatcher
+from engine.bank.store import SkillBank
+from engine.bank.watcher import SkillWatcher
 
 
-class SkillWatcher(QObject):
+class WatchBridge(QObject):
     """``changed(list[str])`` (absolute paths) shortly after skills under the bank change."""
 
     changed = Signal(list)
@@ -27,7 +27,7 @@ class SkillWatcher(QObject):
     def __init__(self, bank: SkillBank, parent: QObject | None = None):
         super().__init__(parent)
         self.bank = bank
-        self._engine: EngineWatcher | None = None
+        self._engine: SkillWatcher | None = None
 
     def start(self, is_current: Callable[[Path, str | None], bool] | None = None) -> bool:
         """Begin watching; False (and no crash) when the platform offers no watcher."""
@@ -38,7 +38,7 @@ class SkillWatcher(QObject):
 
         try:
             (self.bank.root / "Users").mkdir(parents=True, exist_ok=True)
-            self._engine = EngineWatcher(self.bank.root, callback, bank=self.bank,
+            self._engine = SkillWatcher(self.bank.root, callback, bank=self.bank,
                                          is_current=is_current).start()
         except OSError:
             self._engine = None

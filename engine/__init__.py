@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .desk import SkillDesk
+    from engine.desk import SkillDesk
 
 __all__ = ["SkillDesk", "__version__"]
 
@@ -15,7 +15,7 @@ __all__ = ["SkillDesk", "__version__"]
 def __getattr__(name: str):
     # ``from engine import SkillDesk`` without making ``import engine`` load numpy/hnswlib.
     if name == "SkillDesk":
-        from .desk import SkillDesk
+        from engine.desk import SkillDesk
 
         return SkillDesk
     raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -1,37 +1,49 @@
-"""``SkillDesk``: one bank, one user, one index — the engine's front door.
+"""``SkillDesk``: one bank, one user, one index, one model worker, one learning queue.
 
-``SkillDesk.open`` loads the bank's skills (the user's and the Common ones), adopts the vector
-cache under ``<bank>/vectors/`` when it is valid (else rebuilds it), and embeds only skills
-whose retrieval text changed. ``search`` is hybrid retrieval (engine.retrieval);
-``render_context`` is the compact block the chat prompt carries; ``refresh`` picks up changed
-files (the watcher calls it); ``watch`` starts that watcher.
+The engine's front door; the desktop app, the CLI, the proxy and the benchmarks use nothing
+else to change skills. What it owns (each built once, each with one owner):
 
-``chat()`` and ``ingest()`` (the foreground turn and background evolution) are not defined
-here: engine/turn.py and engine/evolution/ add them.
+- ``bank`` (:class:`~engine.bank.store.SkillBank`): the SKILL.md files, history and trash;
+- ``index`` (:class:`~engine.retrieval.index.SkillIndex`): hnswlib + bm25s over the skills;
+- ``worker`` (:class:`~engine.llm.worker.ModelWorker`): the configured model, built on first use
+  (searching never loads a model); a worker assigned from outside is not closed by the desk;
+- ``learning`` (:class:`~engine.learning.queue.LearningQueue`): background learning, its event
+  log under ``$SKILLDESK_HOME/evolution/``.
+
+Reading: ``search``, ``render_context`` (the same block the chat injects), ``neighbours`` (the
+judge's search). Turns: ``chat`` (engine/chat/turn.py: rewrite, plan, retrieve, render,
+generate) and ``ingest`` (engine/learning/: triage, extract, judge, merge). Writes: ``create``,
+``update``, ``delete``, ``restore``, ``revert``, ``undo``: each reindexes what it changed, so no
+caller has to remember a refresh. Hand edits arrive through ``watch`` / ``refresh``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from .bank import LoadError, SkillBank
-from .errors import SkillDeskError, SkillFormatError, UnsafePathError
-from .fsutil import check_component
-from .retrieval import DEFAULT_PARAMS, SkillHit, SkillIndex, SyncReport
-from .retrieval.embedders import Embedder, make_embedder
-from .retrieval.index import SCOPE_VALUES, skill_dir_of, skill_key
-from .settings import Settings
-from .skill import Skill
-
-# The context block: small models have small windows, so it stays short.
-CONTEXT_MAX_CHARS = 1500
-SKILL_MAX_CHARS = 600
-_SECTION = re.compile(r"^\s{0,3}#{1,6}\s*(.+?)\s*#*\s*$", re.M)
-_KEEP = re.compile(r"goal|objective|constraint|style|rule|preference|目标|约束|风格|规则", re.I)
+from engine.bank.skill import Skill
+from engine.bank.store import LoadError, SkillBank
+from engine.chat.plan import plan_search
+from engine.chat.render import DEFAULT_SKILL_CHARS, render_skills
+from engine.chat.turn import Turn, TurnResult, TurnStream
+from engine.errors import SkillDeskError, SkillFormatError, UnsafePathError
+from engine.fsutil import check_component
+from engine.learning.events import LearningEvent, LearningReport
+from engine.learning.pipeline import Neighbour, Pipeline
+from engine.learning.queue import LearningQueue
+from engine.llm import tiers
+from engine.llm.base import CancelToken, GenParams
+from engine.llm.client import LLMClient
+from engine.llm.factory import make_worker
+from engine.llm.worker import BACKGROUND, ModelWorker
+from engine.retrieval import DEFAULT_PARAMS, SkillHit, SkillIndex, SyncReport
+from engine.retrieval.embedders import Embedder, make_embedder
+from engine.retrieval.index import SCOPE_VALUES, skill_dir_of, skill_key
+from engine.settings import Settings, home_dir
 
 
 class SkillDesk:
@@ -48,6 +60,10 @@ class SkillDesk:
         self._watcher = None
         self.last_report = SyncReport()
         self.closed = False
+        self._own_lock = threading.Lock()
+        self._worker: ModelWorker | None = None
+        self._own_worker = False
+        self._learning: LearningQueue | None = None
 
     # ------------------------------------------------------------------ open / close
     @classmethod
@@ -82,9 +98,12 @@ class SkillDesk:
         if self.closed:
             return
         self.closed = True
-        from . import learning
-
-        learning.close(self)
+        with self._own_lock:
+            queue, worker = self._learning, (self._worker if self._own_worker else None)
+        if queue is not None:
+            queue.close()
+        if worker is not None:
+            worker.close(wait=False)
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher = None
@@ -108,23 +127,25 @@ class SkillDesk:
                                  threshold=threshold)
 
     def render_context(self, query: str, *, hits: list[SkillHit] | None = None,
-                       max_chars: int = CONTEXT_MAX_CHARS) -> str:
-        """The chosen skills as a compact block for the chat prompt ("" when none applies)."""
+                       budget: int = DEFAULT_SKILL_CHARS) -> str:
+        """The skill block the chat would inject for ``query`` ("" when none applies)."""
         hits = self.search(query) if hits is None else hits
-        if not hits:
-            return ""
-        blocks, used = [], 0
-        head = "Skills that apply to this request (follow them):"
-        for h in hits:
-            block = render_skill(h.skill)
-            room = max_chars - len(head) - used - 2
-            if room < 80:
-                break
-            if len(block) > room:
-                block = block[: room - 1].rstrip() + "…"
-            blocks.append(block)
-            used += len(block) + 2
-        return head + "\n\n" + "\n\n".join(blocks)
+        return render_skills(hits, budget)
+
+    def neighbours(self, query: str, k: int) -> list[Neighbour]:
+        """The judge's search: the user's own skills by hybrid score, no relevance cut."""
+        params = self.index.params.with_(threshold=0.0, window=None)
+        hits = self.index.search(query or "", k, scope="user", params=params)
+        return [Neighbour(h.skill, h.score, h.dense, h.lexical) for h in hits]
+
+    def search_many(self, queries: list[str], top_k: int) -> list[list[SkillHit]]:
+        """One search per query, the queries embedded in one batch (the plan's steps)."""
+        if not queries:
+            return []
+        vecs = self.index.embedder.encode(list(queries))
+        scope = self.config.retrieval.scope
+        return [list(self.index.search(q, top_k, scope=scope, qvec=v))
+                for q, v in zip(queries, vecs, strict=True)]
 
     # ------------------------------------------------------------------ changes
     def refresh(self, paths: Iterable[str | os.PathLike] | None = None) -> SyncReport:
@@ -205,7 +226,7 @@ class SkillDesk:
 
     def watch(self, *, debounce: float | None = None, record_hand_edits: bool = True):
         """Start the file watcher (hand edits become searchable within a second)."""
-        from .watcher import DEBOUNCE_S, SkillWatcher
+        from engine.bank.watcher import DEBOUNCE_S, SkillWatcher
 
         if self._watcher is None:
             self._watcher = SkillWatcher(
@@ -215,60 +236,130 @@ class SkillDesk:
                 accept=lambda p: self._in_scope(skill_dir_of(p)) is not False).start()
         return self._watcher
 
-    # ------------------------------------------------------------------ chat / ingest
-    # The learning loop lives in engine/learning.py, engine/turn.py and engine/evolution/.
-    @property
-    def worker(self):
-        """The ModelWorker of the configured model (built on first use; assignable)."""
-        from . import learning
+    # ------------------------------------------------------------------ writes
+    # Every write goes through the bank (atomic, versioned, conflict-checked) and reindexes.
+    def create(self, skill: Skill, *, source: str = "user") -> Skill:
+        """A new skill of this desk's user (a unique folder); returns it as written."""
+        written = self.bank.create(skill, self.user, source=source)
+        self._reindex(written)
+        return written
 
-        return learning.get_worker(self)
+    def update(self, skill: Skill, *, expected_hash: str | None, source: str = "user") -> Skill:
+        """Write a new version of ``skill`` if the file still has ``expected_hash``."""
+        written = self.bank.write(skill, expected_hash=expected_hash, source=source)
+        self._reindex(written)
+        return written
+
+    def revert(self, skill: Skill, to_version: str) -> Skill:
+        """A new version whose content is ``to_version``'s."""
+        written = self.bank.revert(skill, to_version)
+        self._reindex(written)
+        return written
+
+    def delete(self, skill: Skill) -> Path:
+        """Move the skill to ``.trash/`` (restorable); returns where it went."""
+        where = self.bank.delete(skill)
+        self._reindex(skill)
+        return where
+
+    def restore(self, trashed: str | os.PathLike) -> Skill:
+        """Bring a trashed skill back under this desk's user."""
+        skill = self.bank.restore(trashed, self.user)
+        self._reindex(skill)
+        return skill
+
+    def read(self, path: str | os.PathLike) -> Skill:
+        """The skill at ``path`` as it is on disk now."""
+        return self.bank.read(path)
+
+    def find(self, ref: str) -> Skill:
+        """A skill by id, name, title or path; this user's own skills win ties."""
+        return self.bank.find(ref, self.user)
+
+    def undo(self, event_id: str) -> LearningEvent:
+        """Undo one learning event (an add goes to the trash, a merge is reverted); no model."""
+        return self.learning.undo(event_id)
+
+    def _reindex(self, skill: Skill) -> None:
+        if skill.path is not None:
+            self.refresh([Path(skill.path)])
+
+    # ------------------------------------------------------------------ the model
+    @property
+    def worker(self) -> ModelWorker:
+        """The configured model's worker (loaded on first use; assignable for tests/benches)."""
+        with self._own_lock:
+            if self._worker is None:
+                self._worker, self._own_worker = make_worker(self.config.model), True
+            return self._worker
 
     @worker.setter
-    def worker(self, value) -> None:
-        from . import learning
+    def worker(self, value: ModelWorker | None) -> None:
+        """Use ``value`` for chat and learning (the desk will not close it)."""
+        with self._own_lock:
+            old = self._worker if self._own_worker else None
+            self._worker, self._own_worker = value, False
+            queue = self._learning
+        if queue is not None:
+            queue.rebind()
+        if old is not None and old is not value:
+            old.close(wait=False)
 
-        learning.set_worker(self, value)
-
+    # ------------------------------------------------------------------ learning
     @property
-    def evolution(self):
-        """The background EvolutionQueue (see engine/evolution/queue.py)."""
-        from . import learning
+    def learning(self) -> LearningQueue:
+        """The background learning queue (its pipeline is built when the first job runs)."""
+        with self._own_lock:
+            if self._learning is None:
+                tag = hashlib.sha256(str(self.bank.root).encode()).hexdigest()[:10]
+                self._learning = LearningQueue(
+                    self.pipeline, skills=self,
+                    log_path=home_dir() / "evolution" / f"{tag}-{self.user}.jsonl")
+            return self._learning
 
-        return learning.get_evolution(self)
+    def pipeline(self) -> Pipeline:
+        """A learning pipeline on this desk's bank, model (background priority) and index."""
+        worker = self.worker
+        worker.wait_ready()
+        client = LLMClient(worker, priority=BACKGROUND)
+        return Pipeline(self.bank, self.user, client, search=self.neighbours,
+                        refresh=lambda paths: self.refresh(paths))
 
-    def chat(self, messages, stream=False, cancel=None, learn=True, **kwargs):
-        """One turn: rewrite, retrieve, answer (a TurnResult, or a TurnStream when stream)."""
-        from . import learning
+    def ingest(self, messages: list[dict], *, wait: bool = True,
+               timeout: float | None = None) -> LearningReport:
+        """Learn from a whole conversation now (all its topics); the add/merge/discard report.
 
-        return learning.chat(self, messages, stream=stream, cancel=cancel, learn=learn, **kwargs)
+        ``wait=False`` queues it and returns a report holding only the job id."""
+        job_id = self.learning.submit(messages, mode="conversation")
+        if not wait:
+            return LearningReport(job_id=job_id)
+        return self.learning.result(job_id, timeout)
 
-    def ingest(self, messages, wait=True, timeout=None):
-        """Learn from a whole conversation now; an EvolutionReport of add/merge/discard."""
-        from . import learning
+    # ------------------------------------------------------------------ chat
+    def chat(self, messages: list[dict], stream: bool = False,
+             cancel: CancelToken | None = None, learn: bool = True, *,
+             params: GenParams | None = None, plan: bool | None = None,
+             top_k: int | None = None) -> TurnResult | TurnStream:
+        """One turn (engine/chat/turn.py): rewrite, retrieve (planned for complex requests on
+        models able to plan), answer; then queued for learning when ``learn`` and the settings
+        allow. A TurnResult, or a TurnStream of text chunks when ``stream``. ``cancel`` stops
+        every model call of the turn (the rewrite, the plan, the answer)."""
+        worker = self.worker
+        worker.wait_ready()
+        tier = tiers.tier_of(worker)
+        use_plan = tiers.policy(tier).plan if plan is None else plan
 
-        return learning.ingest(self, messages, wait=wait, timeout=timeout)
+        def retrieve(query: str, k: int | None, client: LLMClient) -> list[SkillHit]:
+            if use_plan:
+                return plan_search(self, query, client, top_k=k).hits
+            return self.search(query, k)
 
+        def on_done(result: TurnResult, convo: list[dict]) -> str | None:
+            if not (learn and self.config.learning):
+                return None
+            return self.learning.submit(convo, turn_id=result.turn_id)
 
-def _sections(text: str) -> list[tuple[str, str]]:
-    marks = list(_SECTION.finditer(text))
-    if not marks:
-        return [("", text)]
-    out = [("", text[: marks[0].start()])] if marks[0].start() > 0 else []
-    for i, m in enumerate(marks):
-        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-        out.append((m.group(1), text[m.end():end]))
-    return out
-
-
-def _squash(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines()]
-    return "\n".join(ln for ln in lines if ln)
-
-
-def render_skill(skill: Skill, max_chars: int = SKILL_MAX_CHARS) -> str:
-    """One skill for the prompt: title, description, then its Goal / Constraints essentials."""
-    kept = [_squash(body) for head, body in _sections(skill.instructions) if _KEEP.search(head)]
-    body = "\n".join(k for k in kept if k) or _squash(skill.instructions)
-    text = f"## {skill.display_name}\n{skill.description.strip()}\n{body}".strip()
-    return text if len(text) <= max_chars else text[: max_chars - 1].rstrip() + "…"
+        turn = Turn(messages, worker=worker, search=retrieve,
+                    system_prompt=self.config.model.system_prompt or "", top_k=top_k,
+                    params=params, on_done=on_done, tier=tier, cancel=cancel)
+        return TurnStream(turn) if stream else turn.run()

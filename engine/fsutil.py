@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import UnsafePathError
+from engine.errors import UnsafePathError
 
 # Names Windows refuses (a bank folder may be synced to a Windows machine).
 _RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)),

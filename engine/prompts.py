@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from .errors import SkillDeskError
-from .settings import RESOURCES
+from engine.errors import SkillDeskError
+from engine.settings import RESOURCES
 
 PROMPTS_DIR = RESOURCES / "prompts"
 ROLES = ("system", "user", "assistant")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import platformdirs
 
-from .fsutil import atomic_write
+from engine.fsutil import atomic_write
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout (editable install)
 RESOURCES = ROOT / "resources"

@@ -11,7 +11,7 @@ unset SKILLDESK_BANK SKILLDESK_MODEL
 step() { printf '\n\033[1;34m== %s\033[0m\n' "$*"; }
 
 step "ruff"
-.venv/bin/ruff check engine desktop cli tests || exit 1
+.venv/bin/ruff check engine desktop cli server bench tests || exit 1
 step "import-linter"
 .venv/bin/lint-imports || exit 1
 step "recommended model (for the end-to-end learning test; cached after the first run)"

@@ -13,8 +13,8 @@ pytest.importorskip("pytestqt")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
-from engine.bank import SkillBank  # noqa: E402
-from engine.skill import Skill  # noqa: E402
+from engine.bank.skill import Skill  # noqa: E402
+from engine.bank.store import SkillBank  # noqa: E402
 
 pytestmark = pytest.mark.model
 SMALL = {"n_ctx": 1024, "temperature": 0.0}  # the bundled model, greedy

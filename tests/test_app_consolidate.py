@@ -16,9 +16,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtWidgets import QTreeWidgetItem  # noqa: E402
 
-from engine.bank import SkillBank  # noqa: E402
-from engine.evolution.candidate import render_body  # noqa: E402
-from engine.skill import Skill  # noqa: E402
+from engine.bank.skill import Skill  # noqa: E402
+from engine.bank.store import SkillBank  # noqa: E402
+from engine.learning.candidate import render_body  # noqa: E402
 
 REPORT = "How the user wants weekly status reports written for the team."
 

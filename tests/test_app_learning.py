@@ -26,7 +26,7 @@ def test_learned_skill_toast_show_and_undo(window, qtbot, preference_chat):
     events, where = [], []
     w.session.learning_event.connect(events.append)
     pool = w.session.learning.pool
-    queue = w.session.desk.evolution
+    queue = w.session.desk.learning
 
     def on_engine_thread(ev):  # called where the job runs
         if ev.kind == "running":
@@ -71,7 +71,7 @@ def test_learned_skill_toast_show_and_undo(window, qtbot, preference_chat):
 
 def test_pause_per_chat_and_everywhere(window, qtbot):
     w = window
-    queue = w.session.desk.evolution
+    queue = w.session.desk.learning
     events = []
     w.session.learning_event.connect(events.append)
     # per chat: this conversation never reaches the learning queue

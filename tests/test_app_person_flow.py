@@ -94,7 +94,7 @@ def test_state_a_preference_twice_edit_the_skill_and_the_next_answer_follows(
                    "cleaners come on Tuesday. Again, I always want summaries to start with a "
                    "one-line TL;DR.")
     qtbot.waitUntil(lambda: any(e.kind in ("add", "merge") for e in events), timeout=LEARN_MS)
-    assert w.session.desk.evolution.wait_idle(LEARN_MS / 1000)
+    assert w.session.desk.learning.wait_idle(LEARN_MS / 1000)
     learned = next(e for e in events if e.kind in ("add", "merge"))
     assert "/Users/default/" in learned.path.replace(os.sep, "/")
     skill_md = Path(learned.path)

@@ -50,7 +50,7 @@ class GapMeter:
 def test_event_loop_keeps_running_during_generation_and_learning(qtbot, open_app, bank_dir,
                                                                  bundled_model_path, preference_chat):
     w = open_app(bank_dir, model=bundled_model_path, max_tokens=96, n_ctx=1024)
-    queue = w.session.desk.evolution
+    queue = w.session.desk.learning
     events: list[str] = []
     w.session.learning_event.connect(lambda ev: events.append(ev.kind))
     chunks: list[str] = []

@@ -15,8 +15,8 @@ pytest.importorskip("pytestqt")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
-from engine.bank import SkillBank  # noqa: E402
-from engine.skill import Skill  # noqa: E402
+from engine.bank.skill import Skill  # noqa: E402
+from engine.bank.store import SkillBank  # noqa: E402
 
 
 def make_skill(bank: SkillBank, title: str, description: str, tags=(), level="functional",

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from skills_ref.validator import validate as spec_validate
 
-from engine import skillfile
-from engine.bank import SkillBank
+from engine.bank import skillfile
+from engine.bank.skill import Skill
+from engine.bank.store import SkillBank
+from engine.bank.transfer import export_skills, import_skills
 from engine.errors import ConflictError, ReadOnlyError, SkillFormatError, UnsafePathError
 from engine.fsutil import slugify
-from engine.skill import Skill
-from engine.transfer import export_skills, import_skills
 
 NASTY = [
     ("Weekly report: format", "Use: colons, # hashes, 'quotes' and \"double\" quotes."),

@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from engine.bank import SkillBank
+from engine.bank.skill import Skill
+from engine.bank.store import SkillBank
 from engine.consolidate import apply_plan, flag_bank, llm_merge, make_plan, undo, union_merge
 from engine.consolidate.cluster import cluster, similar_pairs
 from engine.consolidate.flags import load_report
 from engine.errors import NotFoundError, StructuredOutputError
-from engine.evolution.candidate import Candidate, render_body
-from engine.skill import Skill
+from engine.learning.candidate import Candidate, render_body
 
 
 class BagEmbedder:

@@ -1,4 +1,4 @@
-"""engine.conversations: the SQLite chat history shared by the app and the CLI."""
+"""engine.chat.conversations: the SQLite chat history shared by the app and the CLI."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from engine.conversations import DEFAULT_TITLE, ConversationStore, default_path, title_from
+from engine.chat.conversations import DEFAULT_TITLE, ConversationStore, default_path, title_from
 from engine.errors import NotFoundError
 
 

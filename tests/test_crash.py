@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.bench import crash
+from bench import crash
 
 
 @pytest.mark.slow

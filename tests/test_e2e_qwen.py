@@ -29,9 +29,9 @@ def test_learn_a_preference_then_follow_it(qwen_path, tmp_path):
                   "TL;DR, then give at most three bullet points."}]
         first = desk.chat(teach, learn=True)
         assert first.text.strip()
-        assert desk.evolution.wait_idle(timeout=400)
+        assert desk.learning.wait_idle(timeout=400)
         learned = desk.bank.load(desk.user, "user").skills
-        assert learned, [e.reason for e in desk.evolution.events]
+        assert learned, [e.reason for e in desk.learning.events]
         assert any("tl;dr" in (s.instructions + s.description).lower() for s in learned)
 
         ask = [{"role": "user", "content":

@@ -8,18 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from bench._evolution_score import load_scenarios, score, seed_bank
+from bench.oracle import OracleLLM
 from engine import prompts
-from engine.bank import SkillBank
-from engine.bench._evolution_score import load_scenarios, score, seed_bank
+from engine.bank.store import SkillBank
 from engine.desk import SkillDesk
 from engine.errors import StructuredOutputError
-from engine.evolution import Pipeline, gate
-from engine.evolution.candidate import Candidate, parse_body
-from engine.evolution.checks import known_already, repair_merge, vet_candidate
-from engine.evolution.client import LLMClient
-from engine.evolution.oracle import OracleLLM
-from engine.evolution.pipeline import Neighbour
-from engine.evolution.rules import is_rule_sentence, rule_extract
+from engine.learning import Pipeline
+from engine.learning import triage as gate
+from engine.learning.candidate import Candidate, parse_body
+from engine.learning.checks import known_already, repair_merge, vet_candidate
+from engine.learning.pipeline import Neighbour
+from engine.learning.rules import is_rule_sentence, rule_extract
+from engine.llm.client import LLMClient
 from engine.llm.structured import check_schema, parse_and_validate
 from engine.llm.worker import ModelWorker
 from engine.settings import Settings
@@ -55,7 +56,7 @@ def replay(desk: SkillDesk, messages: list[dict]) -> list:
         if m["role"] == "user":
             end = k + 2 if k + 1 < len(messages) and messages[k + 1]["role"] == "assistant" \
                 else k + 1
-            actions += desk.evolution.run(messages[:end], mode="turn").actions
+            actions += desk.learning.run(messages[:end], mode="turn").actions
     return actions
 
 
@@ -243,7 +244,9 @@ def test_garbage_from_the_model_is_a_discard_never_a_crash_never_a_skill(tmp_pat
     seeded = seed_bank(bank, "default", sc)
     before = {p: p.read_bytes() for p in (tmp_path / "bank" / "Users").rglob("SKILL.md")}
     llm = GarbageLLM(sc, bad_step, text)
-    actions = Pipeline(bank, "default", LLMClient(llm)).run(sc["messages"], "conversation")
+    # the model's step alone (no rule back-up), so the garbage is what decides
+    actions = Pipeline(bank, "default", LLMClient(llm), policy={"extract": "llm"}).run(
+        sc["messages"], "conversation")
     assert bad_step in llm.calls
     assert [a.kind for a in actions] == ["discard"], actions
     assert "unusable" in actions[0].reason or "not shown" in actions[0].reason

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.bench._evolution_score import seed_skill
+from bench._evolution_score import seed_skill
 from engine.desk import SkillDesk
 from engine.llm.base import GenParams
 from engine.llm.llama_backend import LlamaCppBackend
@@ -59,7 +59,7 @@ def test_real_chat_turn_with_an_injected_skill(desk, worker):
 
 @pytest.mark.parametrize("policy", ["tier", "llm"])
 def test_one_off_chat_makes_no_skill_on_the_real_model(desk, policy):
-    q = desk.evolution
+    q = desk.learning
     pipe = q.pipeline
     assert pipe.llm.tier == "tiny" and pipe.policy["extract"] == "rule"
     chat = ONE_OFF

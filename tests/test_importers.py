@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.importers import Ledger, read_conversations, read_documents, split_sections
+from engine.imports.readers import Ledger, read_conversations, read_documents, split_sections
 
 DATA = Path(__file__).parent / "data" / "imports"
 

@@ -232,9 +232,8 @@ def test_grammar_enforces_numeric_bounds_and_keeps_property_order():
 # --- bench dispatch -----------------------------------------------------------------------
 
 def test_bench_dispatch_is_generic(capsys):
+    import bench
     from cli.main import main
-    from engine import bench
-
     assert {"chat", "retrieval", "evolution", "bank"} <= set(bench.BENCHES)
     with pytest.raises(NotFoundError, match="no benchmark named"):
         bench.load("nope")
@@ -245,9 +244,8 @@ def test_bench_dispatch_is_generic(capsys):
 
 
 def test_bench_missing_module_is_a_clear_error(monkeypatch, capsys):
+    import bench
     from cli.main import main
-    from engine import bench
-
     monkeypatch.setattr(bench, "BENCHES", [*bench.BENCHES, "imaginary"])
     with pytest.raises(NotFoundError, match="engine/bench/imaginary.py is missing"):
         bench.load("imaginary")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from engine.bank.skill import Skill
+from engine.chat.plan import is_complex, plan_retrieve, plan_search
 from engine.errors import StructuredOutputError
-from engine.plan import is_complex, plan_retrieve, plan_search
-from engine.skill import Skill
 
 MULTI_EN = ("Load our sales CSV, clean out the duplicate rows, chart monthly revenue, and then "
             "email the chart to my manager.")
@@ -135,7 +135,7 @@ def test_llm_client_uses_the_plan_prompt_file():
 
 def test_real_desk_scripted_plan_beats_plain(tmp_path):
     """On a real desk: the per-step queries find skills the whole request misses."""
-    from engine.bench._skillx_plan import build_bank
+    from bench._skillx_plan import build_bank
     from engine.desk import SkillDesk
 
     skills = [

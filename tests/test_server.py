@@ -16,11 +16,11 @@ from urllib.parse import quote
 
 import pytest
 
-from engine.bank import SkillBank
-from engine.server import Desks, ServerConfig, ServerThread, create_app
-from engine.server.gate import Busy, ModelGate
+from engine.bank.skill import Skill
+from engine.bank.store import SkillBank
 from engine.settings import Settings
-from engine.skill import Skill
+from server import Desks, ServerConfig, ServerThread, create_app
+from server.gate import Busy, ModelGate
 
 KEY_A, KEY_B = "key-alice-0123456789", "key-bob-9876543210"
 

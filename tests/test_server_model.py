@@ -21,10 +21,10 @@ import pytest
 
 openai = pytest.importorskip("openai")
 
-from engine.bank import SkillBank  # noqa: E402
-from engine.server import Desks, ServerConfig, ServerThread, create_app  # noqa: E402
+from engine.bank.skill import Skill  # noqa: E402
+from engine.bank.store import SkillBank  # noqa: E402
 from engine.settings import ModelSettings, Settings  # noqa: E402
-from engine.skill import Skill  # noqa: E402
+from server import Desks, ServerConfig, ServerThread, create_app  # noqa: E402
 
 pytestmark = pytest.mark.model
 KEY = "test-key-0123456789"
@@ -158,7 +158,7 @@ def test_path_like_user_names_create_nothing(env):
                                                                "OpenAI-User": evil},
             messages=[{"role": "user", "content": "From now on always answer in French."}])
         assert r.choices[0].message.content is not None
-    env["desks"].get("default").evolution.wait_idle(120)
+    env["desks"].get("default").learning.wait_idle(120)
     new = tree(root) - before
     # only the bank's own places may change (a learned skill, its history, caches, locks)
     allowed = ("bank/Users/default/", "bank/.history", "bank/vectors", "bank/.locks",
@@ -172,7 +172,7 @@ def test_learning_is_on_unless_the_request_turns_it_off(env):
     desk = env["desks"].get("default")
     c = client(env["srv"]["learn"])
     def queued() -> int:
-        return sum(1 for e in desk.evolution.events if e.kind == "queued")
+        return sum(1 for e in desk.learning.events if e.kind == "queued")
 
     n0 = queued()
     r = c.chat.completions.create(model="m", max_tokens=2, messages=[

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.bank import SkillBank
+from engine.bank.store import SkillBank
 from engine.errors import SkillFormatError, StructuredOutputError
-from engine.evolution.candidate import Candidate
-from engine.trajectories import candidates_from_trajectory, load, parse
+from engine.imports.trajectories import candidates_from_trajectory, load, parse
+from engine.learning.candidate import Candidate
 
 DATA = Path(__file__).parent / "data"
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench._evolution_score import load_scenarios, seed_bank, seed_skill
+from bench._evolution_score import load_scenarios, seed_bank, seed_skill
+from bench.oracle import OracleLLM
+from engine.chat.turn import needs_rewrite, rule_rewrite
 from engine.desk import SkillDesk
-from engine.evolution import Pipeline
-from engine.evolution.client import LLMClient
-from engine.evolution.oracle import OracleLLM
+from engine.learning import Pipeline
+from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
 from engine.settings import Settings
-from engine.turn import needs_rewrite, rule_rewrite
 
 SCENARIOS = {s["id"]: s for s in load_scenarios()}
 TLDR = {"name": "Summary with TL;DR first", "level": "functional",
@@ -143,11 +143,11 @@ def test_chat_queues_learning_after_the_turn_unless_told_not_to(make_desk):
     sc = SCENARIOS["en-tldr-once"]
     desk = make_desk(RecordingOracle(sc, reply="Understood."))
     r = desk.chat(sc["messages"][:3], learn=False)
-    assert r.evolution_job is None and desk.evolution.state()["done"] == 0
+    assert r.evolution_job is None and desk.learning.state()["done"] == 0
     r = desk.chat(sc["messages"][:3])
     assert r.evolution_job is not None
-    assert desk.evolution.wait_idle(30)
-    kinds = [e.kind for e in desk.evolution.events if e.job_id == r.evolution_job]
+    assert desk.learning.wait_idle(30)
+    kinds = [e.kind for e in desk.learning.events if e.job_id == r.evolution_job]
     assert kinds == ["queued", "running", "add", "done"]
     assert [s.title for s in desk.bank.load("default", scope="user").skills] == [
         "Summary with TL;DR first"]
@@ -157,7 +157,7 @@ def test_chat_queues_learning_after_the_turn_unless_told_not_to(make_desk):
 def test_queue_pause_resume_events_and_undo(make_desk):
     sc = SCENARIOS["en-correct-indent"]
     desk = make_desk(OracleLLM(sc), scenario=sc)
-    q = desk.evolution
+    q = desk.learning
     seen = []
     unsubscribe = q.subscribe(seen.append)
     q.pause()
@@ -201,7 +201,7 @@ def test_jobs_run_one_at_a_time_on_the_given_executor_and_release_it_when_idle(m
 
     sc = SCENARIOS["en-tldr-once"]
     desk = make_desk(OracleLLM(sc))
-    q = desk.evolution
+    q = desk.learning
     pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="app-pool")
     drains, running, overlap, threads = [], [], [], []
     lock = threading.Lock()
@@ -245,13 +245,13 @@ def test_event_log_survives_a_restart(make_desk, tmp_path):
     sc = SCENARIOS["en-british"]
     desk = make_desk(OracleLLM(sc))
     desk.ingest(sc["messages"])
-    ev = next(e for e in desk.evolution.events if e.kind == "add")
-    desk.evolution.undo(ev.id)
+    ev = next(e for e in desk.learning.events if e.kind == "add")
+    desk.learning.undo(ev.id)
     again = SkillDesk.open(desk.bank.root, config=Settings(), embedder=desk.index.embedder)
     try:
-        kinds = [e.kind for e in again.evolution.events]
+        kinds = [e.kind for e in again.learning.events]
         assert kinds == ["add", "done", "undo"]
-        assert again.evolution.events[0].undone
+        assert again.learning.events[0].undone
     finally:
         again.close()
 
@@ -276,7 +276,7 @@ class HandEditDuringMerge(OracleLLM):
 
 
 def test_hand_edit_during_a_merge_is_kept_and_the_merge_is_redone(tmp_path):
-    from engine.bank import SkillBank
+    from engine.bank.store import SkillBank
 
     sc = SCENARIOS["en-correct-indent"]
     bank = SkillBank(tmp_path / "bank")
@@ -299,7 +299,7 @@ def test_chat_stays_responsive_while_learning_runs(make_desk):
     sc = SCENARIOS["en-tldr-once"]
     slow = RecordingOracle(sc, delay_s=2.0, reply="Fast answer.")
     desk = make_desk(slow, skills=[])
-    job = desk.evolution.submit(sc["messages"], mode="conversation")
+    job = desk.learning.submit(sc["messages"], mode="conversation")
     t0 = time.perf_counter()
     while "extract" not in slow.calls:  # the background extraction is now running
         assert time.perf_counter() - t0 < 10
@@ -308,8 +308,8 @@ def test_chat_stays_responsive_while_learning_runs(make_desk):
     r = desk.chat([U("What is the capital of France?")], learn=False)
     latency = time.perf_counter() - started
     assert r.text == "Fast answer." and latency < 1.0, latency
-    assert desk.evolution.wait_idle(30)
-    report = desk.evolution.result(job)
+    assert desk.learning.wait_idle(30)
+    report = desk.learning.result(job)
     assert [a.kind for a in report.actions] == ["add"]  # the pre-empted call was redone
     assert slow.calls.count("extract") == 2
 
@@ -319,11 +319,11 @@ def test_many_turns_while_learning_never_wait_for_it(make_desk):
     slow = RecordingOracle(sc, delay_s=0.5, reply="ok")
     desk = make_desk(slow)
     for _ in range(3):
-        desk.evolution.submit(sc["messages"], mode="conversation")
+        desk.learning.submit(sc["messages"], mode="conversation")
     latencies = []
     for _ in range(5):
         t0 = time.perf_counter()
         desk.chat([U("Quick question: what is 2 + 2?")], learn=False)
         latencies.append(time.perf_counter() - t0)
     assert max(latencies) < 1.0, latencies
-    assert desk.evolution.wait_idle(60)
+    assert desk.learning.wait_idle(60)

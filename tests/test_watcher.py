@@ -8,12 +8,12 @@ import threading
 import time
 from pathlib import Path
 
-from engine import skillfile
-from engine.bank import SkillBank
+from engine.bank import skillfile
+from engine.bank.skill import Skill
+from engine.bank.store import SkillBank
+from engine.bank.watcher import SkillWatcher
 from engine.desk import SkillDesk
 from engine.settings import Settings
-from engine.skill import Skill
-from engine.watcher import SkillWatcher
 
 
 def _bank(root: Path) -> SkillBank:

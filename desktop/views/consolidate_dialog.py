@@ -68,7 +68,7 @@ def choose_merge(mode: str, desk: Any, settings: Any) -> tuple[Any, str]:
 
         if resolve(settings.model_ref(), check=False).tier == "tiny":
             return union_merge, "union"
-    from engine.evolution.client import LLMClient
+    from engine.llm.client import LLMClient
 
     return llm_merge(LLMClient(desk.worker)), "llm"  # background priority: chat pre-empts it
 

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.conversations import Conversation, ConversationStore, SearchHit
+from engine.chat.conversations import Conversation, ConversationStore, SearchHit
 
 from .. import theme
 

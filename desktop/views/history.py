@@ -16,9 +16,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.bank import SkillBank
-from engine.history import Version
-from engine.skill import Skill
+from engine.bank.history import Version
+from engine.bank.skill import Skill
+from engine.bank.store import SkillBank
 
 from .. import theme
 

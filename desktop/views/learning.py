@@ -1,7 +1,7 @@
 """Learning activity: the engine's evolution events as a log, a live state line, pause, and a
 toast when a skill is added or merged (with Undo and Show).
 
-``LearningBridge`` gives ``desk.evolution`` its own QThreadPool (one thread: the queue runs
+``LearningBridge`` gives ``desk.learning`` its own QThreadPool (one thread: the queue runs
 jobs one at a time, and a long or paused job never takes a thread from the pool that loads the
 bank), subscribes to its events (callbacks arrive on that pool thread) and re-emits every event
 as a Qt signal on the GUI thread.
@@ -52,7 +52,7 @@ class LearningBridge(QObject):
 
     def attach(self, desk: Any) -> bool:
         self.detach()
-        self.queue = getattr(desk, "evolution", None) if desk is not None else None
+        self.queue = getattr(desk, "learning", None) if desk is not None else None
         if self.queue is None:
             return False
         self.queue.set_executor(self.pool.start)  # evolution jobs run in our QThreadPool

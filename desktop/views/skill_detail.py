@@ -25,9 +25,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.bank import SkillBank
+from engine.bank.skill import Skill
+from engine.bank.store import SkillBank
 from engine.errors import SkillDeskError
-from engine.skill import Skill
 
 from .. import markdown, theme
 from ..workers import run_async

@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.bank import LoadError, SkillBank
-from engine.skill import LEVELS, Skill
+from engine.bank.skill import LEVELS, Skill
+from engine.bank.store import LoadError, SkillBank
 
 from .. import theme
 

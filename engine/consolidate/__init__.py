@@ -25,14 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from ..bank import SkillBank
-from ..errors import SkillDeskError
-from ..retrieval.text import retrieval_text
-from ..skill import Skill, parse_version
-from .cluster import DEFAULT_MAX_SIZE, DEFAULT_THRESHOLD, Group, cluster
-from .flags import Flag, flag_skills, load_report, save_report
-from .merge import MergeFn, llm_merge, union_merge
-from .record import Record, apply_plan, list_records, load_record, undo
+from engine.bank.skill import Skill, parse_version
+from engine.bank.store import SkillBank
+from engine.consolidate.cluster import DEFAULT_MAX_SIZE, DEFAULT_THRESHOLD, Group, cluster
+from engine.consolidate.flags import Flag, flag_skills, load_report, save_report
+from engine.consolidate.merge import MergeFn, llm_merge, union_merge
+from engine.consolidate.record import Record, apply_plan, list_records, load_record, undo
+from engine.errors import SkillDeskError
+from engine.retrieval.document import retrieval_text
 
 __all__ = ["DEFAULT_MAX_SIZE", "DEFAULT_THRESHOLD", "Cluster", "Flag", "MergeFn", "Plan",
            "Record", "apply_plan", "flag_bank", "list_records", "llm_merge", "load_record",
@@ -116,7 +116,7 @@ def skill_vectors(skills: list[Skill], desk: Any = None, embedder: Any = None
     index = getattr(desk, "index", None) if desk is not None else None
     emb = getattr(index, "embedder", None) or getattr(desk, "embedder", None) or embedder
     if emb is None:
-        from ..retrieval.embedders import make_embedder
+        from engine.retrieval.embedders import make_embedder
 
         emb = make_embedder(None)
     text_for = getattr(index, "text_for", None) or retrieval_text
@@ -146,7 +146,7 @@ def skill_vectors(skills: list[Skill], desk: Any = None, embedder: Any = None
 
 def _index_key(s: Skill) -> str:
     try:
-        from ..retrieval.index import skill_key
+        from engine.retrieval.index import skill_key
     except ImportError:  # pragma: no cover - an older index keyed by Skill.key
         return s.key
     return skill_key(s)

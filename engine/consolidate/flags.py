@@ -23,11 +23,11 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..evolution.candidate import parse_body
-from ..evolution.checks import GENERIC_NAMES
-from ..evolution.text import content_tokens, normalize
-from ..fsutil import atomic_write, check_component
-from ..skill import Skill, now_iso
+from engine.bank.skill import Skill, now_iso
+from engine.fsutil import atomic_write, check_component
+from engine.learning.candidate import parse_body
+from engine.learning.checks import GENERIC_NAMES
+from engine.text import content_tokens, normalize
 
 KNOWN_TOOLS = frozenset({
     "bash", "read", "write", "edit", "multiedit", "glob", "grep", "ls", "webfetch", "websearch",

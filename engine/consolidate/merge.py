@@ -7,8 +7,8 @@ Two ways, both keeping the keeper's identity (id, name, folder, level, language)
   first member's when the keeper has none), and every other Markdown section merged item by
   item, so an imported body (``# Role & Objective``, ``# Core Workflow``…) loses nothing.
 - :func:`llm_merge`: the evolution pipeline's merge step, folded over the cluster — the merge
-  prompt (``resources/prompts/merge.md``) through :class:`engine.evolution.client.LLMClient`,
-  then :func:`engine.evolution.checks.repair_merge` (no lost rules, no dropped triggers). An
+  prompt (``resources/prompts/merge.md``) through :class:`engine.llm.client.LLMClient`,
+  then :func:`engine.learning.checks.repair_merge` (no lost rules, no dropped triggers). An
   unusable answer for one member falls back to the union for that member, with a note.
 
 A merge function is ``merge(keeper, others) -> (merged Skill, notes)``.
@@ -20,11 +20,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import Cancelled, SkillDeskError
-from ..evolution.candidate import Candidate, render_body
-from ..evolution.checks import repair_merge
-from ..evolution.text import dedupe, normalize
-from ..skill import Skill
+from engine.bank.skill import Skill
+from engine.errors import Cancelled, SkillDeskError
+from engine.learning.candidate import Candidate, render_body
+from engine.learning.checks import repair_merge
+from engine.text import dedupe, normalize
 
 MergeFn = Callable[[Skill, list[Skill]], tuple[Skill, list[str]]]
 MAX_RULES, MAX_TRIGGERS, MAX_TAGS, MAX_EXAMPLES = 24, 16, 10, 6

@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..bank import SkillBank
-from ..errors import ConflictError, NotFoundError, SkillDeskError
-from ..fsutil import atomic_write, check_component, ensure_inside, file_hash, sha256_bytes
-from ..skill import now_iso
+from engine.bank.skill import now_iso
+from engine.bank.store import SkillBank
+from engine.errors import ConflictError, NotFoundError, SkillDeskError
+from engine.fsutil import atomic_write, check_component, ensure_inside, file_hash, sha256_bytes
 
 RECORDS = ".consolidations"
 
@@ -105,7 +105,7 @@ def apply_plan(bank: SkillBank, plan: Any, *, merge: Callable | None = None,
                refresh: Callable[[], Any] | None = None,
                progress: Callable[[int, int], Any] | None = None) -> Record:
     """Merge every mergeable cluster of ``plan`` (an :class:`engine.consolidate.Plan`)."""
-    from .merge import union_merge
+    from engine.consolidate.merge import union_merge
 
     merge = merge or union_merge
     stamp = now_iso().replace(":", "").replace("-", "")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .base import Message
+from engine.llm.base import Message
 
 TRIM_NOTE = "[{n} earlier {messages} trimmed to fit the context window]"
 

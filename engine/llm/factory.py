@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..errors import ModelError
-from ..settings import ModelSettings
-from .base import LLMBackend
-from .registry import resolve
-from .worker import ModelWorker
+from engine.errors import ModelError
+from engine.llm.base import LLMBackend
+from engine.llm.registry import resolve
+from engine.llm.worker import ModelWorker
+from engine.settings import ModelSettings
 
 
 def make_backend(settings: ModelSettings | None = None, model: str | None = None,
@@ -26,7 +26,7 @@ def make_backend(settings: ModelSettings | None = None, model: str | None = None
     s = settings or ModelSettings()
     kind = (s.backend or "local").lower()
     if kind == "local":
-        from .llama_backend import LlamaCppBackend
+        from engine.llm.llama_backend import LlamaCppBackend
 
         spec = resolve(model or os.environ.get("SKILLDESK_MODEL") or s.model)
         kwargs: dict[str, Any] = {"n_threads": s.n_threads or None, "n_ctx": s.n_ctx or None}
@@ -36,7 +36,7 @@ def make_backend(settings: ModelSettings | None = None, model: str | None = None
             backend.spec.sampling["temperature"] = s.temperature
         return backend
     if kind == "openai":
-        from .openai_backend import OpenAICompatBackend
+        from engine.llm.openai_backend import OpenAICompatBackend
 
         kwargs = {"base_url": s.base_url, "model": s.api_model or model or "",
                   "api_key": s.api_key}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelError
+from engine.errors import ModelError
 
 MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

@@ -35,9 +35,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ModelError, NotFoundError
-from ..fsutil import atomic_write, fsync_dir
-from . import registry
+from engine.errors import ModelError, NotFoundError
+from engine.fsutil import atomic_write, fsync_dir
+from engine.llm import registry
 
 Progress = Callable[[str, int, int], None]
 

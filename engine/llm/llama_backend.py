@@ -28,12 +28,20 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from ..errors import Cancelled, ModelError, StructuredOutputError
-from .base import CancelToken, ChatFromStream, ChatResult, GenParams, Message, Usage, decode_rate
-from .context import fit_messages
-from .grammar import schema_to_gbnf
-from .registry import ModelSpec
-from .structured import check_schema, parse_and_validate
+from engine.errors import Cancelled, ModelError, StructuredOutputError
+from engine.llm.base import (
+    CancelToken,
+    ChatFromStream,
+    ChatResult,
+    GenParams,
+    Message,
+    Usage,
+    decode_rate,
+)
+from engine.llm.context import fit_messages
+from engine.llm.grammar import schema_to_gbnf
+from engine.llm.registry import ModelSpec
+from engine.llm.structured import check_schema, parse_and_validate
 
 MIN_REPLY_TOKENS = 16  # when the prompt barely fits, still leave room for this many tokens
 

@@ -24,9 +24,17 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import Cancelled, ModelError, StructuredOutputError
-from .base import CancelToken, ChatFromStream, ChatResult, GenParams, Message, Usage, decode_rate
-from .structured import check_schema, parse_and_validate
+from engine.errors import Cancelled, ModelError, StructuredOutputError
+from engine.llm.base import (
+    CancelToken,
+    ChatFromStream,
+    ChatResult,
+    GenParams,
+    Message,
+    Usage,
+    decode_rate,
+)
+from engine.llm.structured import check_schema, parse_and_validate
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
 

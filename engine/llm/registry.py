@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ModelError, NotFoundError
-from ..settings import MODELS_DIR
-from .gguf import GGUFInfo, read_gguf
+from engine.errors import ModelError, NotFoundError
+from engine.llm.gguf import GGUFInfo, read_gguf
+from engine.llm.tiers import TIERS
+from engine.settings import MODELS_DIR
 
 DEFAULT_SAMPLING: dict[str, float | int] = {"temperature": 0.7, "top_p": 0.9, "top_k": 40,
                                             "repeat_penalty": 1.1}
 DEFAULT_N_CTX = 4096  # for dropped GGUFs: min(this, the model's trained context)
-TIERS = ("tiny", "capable", "unknown")
 
 
 @dataclass

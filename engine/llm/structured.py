@@ -11,7 +11,7 @@ from typing import Any
 
 import jsonschema
 
-from ..errors import StructuredOutputError
+from engine.errors import StructuredOutputError
 
 
 def check_schema(schema: dict[str, Any]) -> None:

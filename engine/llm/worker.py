@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator
 from enum import IntEnum
 from typing import Any
 
-from ..errors import Cancelled, ModelError
-from .base import CancelToken, ChatResult, GenParams, LLMBackend, Message
+from engine.errors import Cancelled, ModelError
+from engine.llm.base import CancelToken, ChatResult, GenParams, LLMBackend, Message
 
 FOREGROUND, BACKGROUND = 0, 10
 

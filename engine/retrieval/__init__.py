@@ -41,8 +41,8 @@ fused USE, λ 0.4 (the default)  0.870 / 0.927 / 0.897  0.929 / 0.985 / 0.953  0
 
 from __future__ import annotations
 
-from .fusion import Candidates, FusionParams
-from .index import SkillHit, SkillIndex, SyncReport
+from engine.retrieval.fusion import Candidates, FusionParams
+from engine.retrieval.index import SkillHit, SkillIndex, SyncReport
 
 DEFAULT_PARAMS = FusionParams(
     lam=0.4,

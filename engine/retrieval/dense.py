@@ -34,9 +34,9 @@ from pathlib import Path
 import hnswlib
 import numpy as np
 
-from ..compute import cpu_slot
-from ..fsutil import atomic_write, fsync_dir
-from .embedders import Embedder
+from engine.compute import cpu_slot
+from engine.fsutil import atomic_write, fsync_dir
+from engine.retrieval.embedders import Embedder
 
 FORMAT = 1
 # hnswlib settings. M=16 / ef_construction=100 build fast on 2 cores. ef at query time,

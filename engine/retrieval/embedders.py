@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compute import cpu_slot
-from ..errors import ModelError
+from engine.compute import cpu_slot
+from engine.errors import ModelError
 
 # Threads. torch batches (indexing) use 2, the target laptop's cores; every single query uses 1.
 # Measured on the shared, busy 2-core box: a one-line query took 12 ms CPU with 1 torch thread

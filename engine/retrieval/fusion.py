@@ -42,7 +42,7 @@ LAM_CJK_MONOLINGUAL = 0.2
 
 def params_for(p: FusionParams, query: str, multilingual: bool) -> FusionParams:
     """``p`` adjusted to the query's script: CJK queries and an English-only embedder."""
-    from .tokenize import has_cjk
+    from engine.retrieval.tokenize import has_cjk
 
     if not multilingual and p.lam > LAM_CJK_MONOLINGUAL and has_cjk(query):
         return p.with_(lam=LAM_CJK_MONOLINGUAL)

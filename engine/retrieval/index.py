@@ -22,18 +22,18 @@ from pathlib import Path
 
 import numpy as np
 
-from ..skill import Skill
-from .dense import DenseIndex, DenseStats
-from .embedders import Embedder
-from .fusion import Candidates, FusionParams, params_for, select
-from .lexical import LexicalIndex
-from .text import (
+from engine.bank.skill import Skill
+from engine.retrieval.dense import DenseIndex, DenseStats
+from engine.retrieval.document import (
     DEFAULT_FIELDS,
     DENSE_INSTRUCTIONS_CHARS,
     LEXICAL_INSTRUCTIONS_CHARS,
     index_texts,
     text_hash,
 )
+from engine.retrieval.embedders import Embedder
+from engine.retrieval.fusion import Candidates, FusionParams, params_for, select
+from engine.retrieval.lexical import LexicalIndex
 
 SCOPE_VALUES = ("user", "common", "all")
 
@@ -81,7 +81,7 @@ class SkillIndex:
                  persist: bool = True,
                  text_fn: Callable[[Skill], str | tuple[str, str]] | None = None,
                  name: str = "default"):
-        from . import DEFAULT_PARAMS
+        from engine.retrieval import DEFAULT_PARAMS
 
         self.embedder = embedder
         self.params = params or DEFAULT_PARAMS

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import bm25s
 import numpy as np
 
-from .tokenize import tokenize
+from engine.retrieval.tokenize import tokenize
 
 # Lucene BM25 with bm25s's default k1 and b (not tuned).
 K1, B = 1.5, 0.75

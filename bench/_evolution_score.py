@@ -1,0 +1,153 @@
+"""Scenarios of ``skilldesk bench evolution``: loading, seeding a bank, scoring the outcome.
+
+A scenario (one JSON line of ``scenarios/evolution.jsonl``) holds a conversation, the skills
+the bank starts with, and the expected outcome: a list of items, each ``add`` (a new skill
+holding the item's ``keywords``), ``merge`` (the skill ``into`` holds them, version bumped, no
+new skill does) or ``known`` (nothing may be written: the bank already says it). An empty list
+means nothing may be learned (a one-off conversation).
+
+Scoring is by keywords (case-insensitive substrings), so a model's own wording counts.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.bank.skill import Skill
+from engine.bank.store import SkillBank
+from engine.learning.candidate import Candidate
+from engine.learning.events import Action
+from engine.text import normalize
+
+SCENARIOS = Path(__file__).resolve().parent / "scenarios" / "evolution.jsonl"
+QUICK = ["en-tldr-once", "zh-formal-tone", "en-repeat-bullets", "en-oneoff-always-question",
+         "zh-oneoff-dont", "en-correct-indent", "zh-correct-weekly", "en-add-then-correct",
+         "en-two-tasks", "zh-switch", "en-known"]
+
+
+def load_scenarios(path: str | Path | None = None, ids: list[str] | None = None,
+                   quick: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in Path(path or SCENARIOS).read_text("utf-8").splitlines()
+            if line.strip()]
+    if quick:
+        rows = [r for r in rows if r["id"] in QUICK]
+    if ids:
+        rows = [r for r in rows if r["id"] in ids]
+    return rows[:limit] if limit else rows
+
+
+def seed_skill(d: dict[str, Any]) -> Skill:
+    c = Candidate(name=d["name"], description=d.get("description", d["name"]),
+                  goal=d.get("goal") or d.get("description", ""),
+                  constraints=list(d.get("constraints") or []),
+                  workflow=list(d.get("workflow") or []), triggers=list(d.get("triggers") or []),
+                  tags=list(d.get("tags") or []), level=d.get("level", "functional"))
+    return c.to_skill(source="imported")
+
+
+def seed_bank(bank: SkillBank, user: str, scenario: dict[str, Any]) -> dict[str, Skill]:
+    """Write the scenario's starting skills; returns them by title."""
+    return {d["name"]: bank.create(seed_skill(d), user, source="imported")
+            for d in scenario.get("bank") or []}
+
+
+def skill_blob(s: Skill) -> str:
+    return normalize("\n".join([s.title, s.description, s.instructions, *s.triggers]))
+
+
+def has_keywords(text: str, item: dict[str, Any]) -> bool:
+    kws = item.get("keywords") or []
+    t = normalize(text)
+    return bool(kws) and all(normalize(k) in t for k in kws)
+
+
+@dataclass
+class Score:
+    """Counts for one scenario (summed over scenarios for the table)."""
+
+    expected: int = 0  # add + merge items
+    recalled: int = 0  # of those, written somewhere
+    right: int = 0  # of those, written the right way (add → new skill; merge → into X)
+    merges_expected: int = 0
+    merges_right: int = 0
+    writes: int = 0  # add + merge actions
+    good_writes: int = 0  # writes whose candidate matches an expected item
+    duplicates: int = 0
+    junk: int = 0
+    junk_oneoff: int = 0
+    known_items: int = 0
+    known_right: int = 0
+    passed: int = 0
+    scenarios: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, other: Score) -> None:
+        for k, v in other.__dict__.items():
+            if isinstance(v, int):
+                setattr(self, k, getattr(self, k) + v)
+
+
+def score(scenario: dict[str, Any], before: dict[str, Skill], after: list[Skill],
+          actions: list[Action]) -> Score:
+    sc = Score(scenarios=1)
+    items = scenario.get("expect") or []
+    before_ids = {s.id: s for s in before.values()}
+    new = [s for s in after if s.id not in before_ids]
+    changed = [s for s in after if s.id in before_ids and s.version != before_ids[s.id].version]
+    writes = [a for a in actions if a.kind in ("add", "merge")]
+    sc.writes = len(writes)
+    for a in writes:
+        text = a.candidate.text if a.candidate is not None else skill_blob(a.skill)
+        if any(has_keywords(text, it) for it in items if it["outcome"] != "known"):
+            sc.good_writes += 1
+        else:
+            sc.junk += 1
+            sc.junk_oneoff += int(not items)
+            sc.notes.append(f"junk {a.kind}: {a.skill.title if a.skill else '?'}")
+    created_for: dict[str, Skill] = {}
+    for it in items:
+        if it["outcome"] == "known":
+            sc.known_items += 1
+            ok = not any(has_keywords(skill_blob(s), it) for s in new + changed)
+            sc.known_right += int(ok)
+            if not ok:
+                sc.notes.append(f"known rule written again: {it['keywords']}")
+            continue
+        sc.expected += 1
+        holders_new = [s for s in new if has_keywords(skill_blob(s), it)]
+        if it["outcome"] == "add":
+            ok = len(holders_new) >= 1
+            sc.recalled += int(ok)
+            sc.right += int(len(holders_new) == 1)
+            sc.duplicates += max(0, len(holders_new) - 1)
+            if holders_new:
+                created_for[it.get("name", "")] = holders_new[0]
+            else:
+                holders_old = [s for s in changed if has_keywords(skill_blob(s), it)]
+                sc.recalled += int(bool(holders_old))  # learned, but merged where it is not
+                sc.notes.append(f"add {it.get('name')!r}: " + (
+                    f"merged into {holders_old[0].title}" if holders_old else "not learned"))
+            continue
+        sc.merges_expected += 1
+        target = before.get(it["into"]) or created_for.get(it["into"])
+        target_now = next((s for s in after if target is not None and s.id == target.id), None)
+        in_target = target_now is not None and has_keywords(skill_blob(target_now), it) and (
+            target.id not in before_ids or target_now.version != target.version)
+        extra_new = [s for s in holders_new if target is None or s.id != target.id]
+        recalled = in_target or bool(extra_new) or any(
+            has_keywords(skill_blob(s), it) for s in changed)
+        sc.recalled += int(recalled)
+        ok = in_target and not extra_new
+        sc.right += int(ok)
+        sc.merges_right += int(ok)
+        sc.duplicates += len(extra_new)
+        if not ok:
+            sc.notes.append(f"merge into {it['into']!r}: " + (
+                f"added as new skill {extra_new[0].title!r}" if extra_new
+                else "not learned" if not recalled else "merged elsewhere"))
+    sc.passed = int(sc.right == sc.expected and sc.known_right == sc.known_items
+                    and sc.junk == 0 and sc.duplicates == 0)
+    return sc

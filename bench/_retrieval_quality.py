@@ -1,0 +1,151 @@
+"""Retrieval quality on a real bank with held-out triggers (the protocol of issue 4).
+
+Every skill with triggers is a query skill. Query skills are split into ``folds``; for each
+fold, an in-memory index is built over the *whole* bank in which the fold's skills are indexed
+without their triggers (``strict``: all of them; ``loo``: only the one used as the query, which
+measures what indexing triggers is worth), and one trigger of each (chosen by a hash of the
+skill's key, never by looking at results) is the query. A query is Chinese when it contains a
+CJK character. Ranks come from the real :class:`SkillIndex` candidate pool (dense top-50 ∪
+BM25 top-50) and the real fusion code, so MRR is MRR@50.
+
+With ``absent=True`` each fold is also searched after removing its skills from the index: the
+best fused score of such a query says how often a threshold lets an unrelated skill through.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.bank.skill import Skill
+from engine.retrieval.document import LEXICAL_INSTRUCTIONS_CHARS, index_texts
+from engine.retrieval.fusion import FusionParams, params_for, rank, select
+from engine.retrieval.index import SkillIndex, skill_key
+from engine.retrieval.tokenize import has_cjk
+
+
+@dataclass
+class Variant:
+    """One ranking to evaluate: a name, the embedder whose pool it uses, fusion parameters."""
+
+    name: str
+    embedder: str
+    params: FusionParams
+    depth: int = 50  # how many selected hits count (50 = the ranking; 3 = what the chat sees)
+    by_script: bool = False  # apply fusion.params_for (what SkillIndex.search does)
+
+
+@dataclass
+class Query:
+    key: str
+    text: str
+    lang: str
+    fold: int
+
+
+@dataclass
+class Outcome:
+    lang: str
+    rank: int | None          # 1-based rank of the target among the selected hits
+    score: float              # the target's fused score (0 if not in the pool)
+    n_hits: int = 0           # how many hits the selection returned
+    absent_best: float = 0.0  # best fused score once the target is removed from the bank
+
+
+@dataclass
+class QualityRun:
+    queries: list[Query]
+    outcomes: dict[str, list[Outcome]] = field(default_factory=dict)
+
+
+def _pick(key: str, salt: str, n: int) -> int:
+    return int(hashlib.sha1(f"{salt}:{key}".encode()).hexdigest()[:8], 16) % n
+
+
+def make_queries(skills: list[Skill], folds: int) -> list[Query]:
+    out = []
+    for s in skills:
+        triggers = [t.strip() for t in s.triggers if t and t.strip()]
+        if not triggers:
+            continue
+        key = skill_key(s)
+        q = triggers[_pick(key, "query", len(triggers))]
+        out.append(Query(key, q, "zh" if has_cjk(q) else "en", _pick(key, "fold", folds)))
+    return out
+
+
+def _text_fn(fields, instr_chars: int, lexical_chars: int, held: dict[str, str],
+             protocol: str) -> Callable:
+    def fn(s: Skill) -> tuple[str, str]:
+        q = held.get(skill_key(s))
+        if q is not None and protocol == "loo":
+            s = s.copy(triggers=[t for t in s.triggers if t.strip() != q])
+        return index_texts(s, fields, dense_chars=instr_chars, lexical_chars=lexical_chars,
+                           exclude_triggers=q is not None and protocol == "strict")
+    return fn
+
+
+def run(skills: list[Skill], embedders: dict, variants: list, *, fields, instr_chars: int,
+        lexical_chars: int = LEXICAL_INSTRUCTIONS_CHARS, folds: int = 5,
+        protocol: str = "strict", absent: bool = True, cjk: str = "bigram",
+        max_queries: int | None = None, log=sys.stderr) -> QualityRun:
+    """``instr_chars``: body characters in the embedder's text; ``lexical_chars``: in BM25's."""
+    queries = make_queries(skills, folds)
+    if max_queries:
+        queries = queries[:: max(1, len(queries) // max_queries)][:max_queries]
+    res = QualityRun(queries, {v.name: [] for v in variants})
+    by_emb: dict[str, list] = {}
+    for v in variants:
+        by_emb.setdefault(v.embedder, []).append(v)
+    for f in range(folds):
+        fold_q = [q for q in queries if q.fold == f]
+        if not fold_q:
+            continue
+        held = {q.key: q.text for q in fold_q}
+        for emb_name, vs in by_emb.items():
+            emb = embedders[emb_name]
+            print(f"  fold {f + 1}/{folds} {emb_name}: {len(fold_q)} queries", file=log,
+                  flush=True)
+            idx = SkillIndex(emb, None, FusionParams(), persist=False, cjk=cjk,
+                             text_fn=_text_fn(fields, instr_chars, lexical_chars, held,
+                                              protocol))
+            idx.sync(skills)
+            qvecs = emb.encode([q.text for q in fold_q])
+            start = {v.name: len(res.outcomes[v.name]) for v in vs}
+            for q, qv in zip(fold_q, qvecs, strict=True):
+                c = idx.candidates(q.text, qvec=qv, pool=50)
+                for v in vs:
+                    p = params_for(v.params, q.text, emb.multilingual) if v.by_script else \
+                        v.params
+                    chosen = select(c, p, v.depth)
+                    keys = [c.keys[i] for i, *_ in chosen]
+                    r = keys.index(q.key) + 1 if q.key in keys else None
+                    score = next((fz for i, fz, *_ in rank(c, p) if c.keys[i] == q.key), 0.0)
+                    res.outcomes[v.name].append(Outcome(q.lang, r, score, len(chosen)))
+            if absent:
+                idx.update(removed=[q.key for q in fold_q])
+                for j, (q, qv) in enumerate(zip(fold_q, qvecs, strict=True)):
+                    c = idx.candidates(q.text, qvec=qv, pool=50)
+                    for v in vs:
+                        ranked = rank(c, params_for(v.params, q.text, emb.multilingual)
+                                      if v.by_script else v.params)
+                        res.outcomes[v.name][start[v.name] + j].absent_best = (
+                            ranked[0][1] if ranked else 0.0)
+            flush = getattr(emb, "flush", None)
+            if flush:
+                flush()
+    return res
+
+
+def metrics(outcomes: list[Outcome], lang: str | None = None) -> dict[str, float]:
+    sel = [o for o in outcomes if lang is None or o.lang == lang]
+    n = len(sel)
+    if not n:
+        return {"n": 0, "r1": 0.0, "r3": 0.0, "r5": 0.0, "mrr": 0.0}
+    return {"n": n,
+            "r1": sum(o.rank == 1 for o in sel) / n,
+            "r3": sum(o.rank is not None and o.rank <= 3 for o in sel) / n,
+            "r5": sum(o.rank is not None and o.rank <= 5 for o in sel) / n,
+            "mrr": sum(1.0 / o.rank for o in sel if o.rank) / n}

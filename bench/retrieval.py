@@ -1,0 +1,297 @@
+"""``skilldesk bench retrieval``: quality and speed of hybrid skill retrieval, as plain tables.
+
+Quality (see _retrieval_quality.py for the protocol): the corpus is copied into a temporary bank;
+each query skill's triggers are held out of its indexed text and one trigger is the query;
+Recall@1, Recall@5 and MRR for English and Chinese queries, for BM25 alone, each embedder alone
+and fused. ``--sweep`` adds the λ / normalisation grid, ``--fields`` the retrieval-text
+ablation. Speed (see _retrieval_speed.py): search latency at ``--sizes``, query embedding, cold
+build, one-skill update and edit-to-searchable through the watcher.
+
+Timings on a shared 2-core machine are noisy; the tables say what was measured, not a promise.
+Computed vectors are cached (``--cache``, default $TMPDIR/skilldesk-bench-cache) between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import _retrieval_quality as Q
+from bench import _retrieval_speed as S
+from bench._retrieval_data import (
+    DEFAULT_CACHE,
+    DEFAULT_CORPUS,
+    USER,
+    CachedEmbedder,
+    corpus_bank,
+    table,
+)
+from engine.bank.store import SkillBank
+from engine.retrieval import DEFAULT_PARAMS
+from engine.retrieval.document import (
+    DEFAULT_FIELDS,
+    DENSE_INSTRUCTIONS_CHARS,
+    LEXICAL_INSTRUCTIONS_CHARS,
+)
+from engine.retrieval.embedders import DEFAULT_EMBEDDER, make_embedder
+
+LAMBDAS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0)
+NORMS = (("cos", "ceiling"), ("cos", "max"), ("minmax", "minmax"))
+_NO_BODY = ("title", "description", "tags", "triggers")
+FIELD_SETS = {  # label: (fields, body chars for the embedder, body chars for BM25)
+    "title+desc": (("title", "description"), 0, 0),
+    "+tags": (("title", "description", "tags"), 0, 0),
+    "+tags+triggers": (_NO_BODY, 0, 0),
+    "+body 300/300": (DEFAULT_FIELDS, 300, 300),
+    "+body 600/600": (DEFAULT_FIELDS, 600, 600),
+    "+body 1500/1500": (DEFAULT_FIELDS, 1500, 1500),
+    "+body 300/1500": (DEFAULT_FIELDS, 300, 1500),
+    "+body 300/4000": (DEFAULT_FIELDS, 300, 4000),
+    "+body 0/1500": (DEFAULT_FIELDS, 0, 1500),
+}
+
+
+def _args(argv):
+    p = argparse.ArgumentParser(prog="skilldesk bench retrieval", description=__doc__.split(
+        "\n\n")[0])
+    p.add_argument("--corpus", type=Path, default=None, help="folder of SKILL.md files "
+                   f"(default {DEFAULT_CORPUS})")
+    p.add_argument("--bank", type=Path, default=None, help="use this bank's skills as corpus")
+    p.add_argument("--user", default=None, help="(accepted; the bench uses its own user)")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="vector cache folder")
+    p.add_argument("--no-cache", action="store_true", help="embed everything again")
+    p.add_argument("--embedders", default="minilm,use", help="comma list: minilm,use,<path>")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--max-queries", type=int, default=0, help="subsample queries (0 = all)")
+    p.add_argument("--sections", default="quality,speed,build,watch",
+                   help="comma list of quality, speed, build, watch")
+    p.add_argument("--sweep", action="store_true", help="λ and normalisation grid")
+    p.add_argument("--fields", action="store_true", help="retrieval-text field ablation")
+    p.add_argument("--cjk", default="bigram", choices=("bigram", "unibigram"))
+    p.add_argument("--dense-chars", type=int, default=DENSE_INSTRUCTIONS_CHARS,
+                   help="instruction characters in the embedder's text")
+    p.add_argument("--lexical-chars", type=int, default=LEXICAL_INSTRUCTIONS_CHARS,
+                   help="instruction characters in BM25's text")
+    p.add_argument("--sizes", default="2000,10000,100000")
+    p.add_argument("--edits", type=int, default=50, help="edits for edit-to-searchable")
+    p.add_argument("--ef", type=int, default=0, help="hnswlib ef for the latency runs "
+                   "(0 = the default)")
+    p.add_argument("--build-n", type=int, default=0, help="skills in the cold build (0 = all)")
+    p.add_argument("--build-embedders", default=DEFAULT_EMBEDDER,
+                   help="embedders timed in the cold build (comma list)")
+    p.add_argument("--quick", action="store_true",
+                   help="small run: 150 queries, 2k only, 10 edits, cold build of 100")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.max_queries = a.max_queries or 150
+        a.sizes = "2000" if a.sizes == p.get_default("sizes") else a.sizes
+        a.edits = min(a.edits, 10)
+        a.build_n = a.build_n or 100
+    return a
+
+
+def _variants(embs: list[str], sweep: bool) -> list[Q.Variant]:
+    flat = dict(dedup=None, window=None, mmr=None, threshold=0.0)
+    vs = [Q.Variant("BM25", embs[0], DEFAULT_PARAMS.with_(lam=0.0, **flat))]
+    for e in embs:
+        vs.append(Q.Variant(f"dense {e}", e, DEFAULT_PARAMS.with_(lam=1.0, **flat)))
+        vs.append(Q.Variant(f"fused {e}", e, DEFAULT_PARAMS.with_(**flat), by_script=True))
+        if sweep:
+            for lam in LAMBDAS[1:-1]:
+                for dn, ln in NORMS:
+                    vs.append(Q.Variant(f"sweep {e} {lam} {dn}/{ln}", e, DEFAULT_PARAMS.with_(
+                        lam=lam, dense_norm=dn, lex_norm=ln, **flat)))
+        plain = DEFAULT_PARAMS.with_(threshold=0.0, window=None, dedup=None, mmr=None, top_k=3)
+        for name, extra in (("top-3 plain", {}), ("top-3 dedup0.95", dict(dedup=0.95)),
+                            ("top-3 window0.1", dict(window=0.1)),
+                            ("top-3 window0.15", dict(window=0.15)),
+                            ("top-3 window0.25", dict(window=0.25)),
+                            ("top-3 mmr0.85", dict(mmr=0.85)),
+                            ("top-3 mmr0.7", dict(mmr=0.7))):
+            vs.append(Q.Variant(f"{name} {e}", e, plain.with_(**extra), 3, by_script=True))
+        vs.append(Q.Variant(f"top-3 default(η=0) {e}", e, DEFAULT_PARAMS.with_(
+            threshold=0.0, top_k=3), 3, by_script=True))
+    return vs
+
+
+def _qrow(name, outs):
+    row = [name]
+    for lang in ("en", "zh", None):
+        m = Q.metrics(outs, lang)
+        row += [m["r1"], m["r5"], m["mrr"]]
+    return row
+
+
+def quality(skills, embedders, a, out) -> dict:
+    names = list(embedders)
+    t0 = time.perf_counter()
+    res = Q.run(skills, embedders, _variants(names, a.sweep), fields=DEFAULT_FIELDS,
+                instr_chars=a.dense_chars, lexical_chars=a.lexical_chars,
+                folds=a.folds, cjk=a.cjk,
+                max_queries=a.max_queries or None)
+    n_en = sum(q.lang == "en" for q in res.queries)
+    hdr = ["ranker", "EN R@1", "EN R@5", "EN MRR", "ZH R@1", "ZH R@5", "ZH MRR", "ALL R@1",
+           "ALL R@5", "ALL MRR"]
+    rows = [_qrow(v, res.outcomes[v]) for v in ["BM25"] + [
+        f"{k} {e}" for e in names for k in ("dense", "fused")]]
+    p = DEFAULT_PARAMS
+    print(table(hdr, rows, f"Quality, triggers held out ({n_en} EN + {len(res.queries) - n_en} "
+                f"ZH queries, {len(skills)} skills, {a.folds} folds; fused = λ {p.lam}, "
+                f"{p.dense_norm}/{p.lex_norm}; MRR@50; {time.perf_counter() - t0:.0f}s)"),
+          file=out)
+    verdict = {}
+    for e in names:
+        f_, b, d = (Q.metrics(res.outcomes[n]) for n in ("fused " + e, "BM25", "dense " + e))
+        ok = all(Q.metrics(res.outcomes["fused " + e], lg)[m] > max(
+            Q.metrics(res.outcomes["BM25"], lg)[m], Q.metrics(res.outcomes["dense " + e], lg)[m])
+                 for lg in ("en", "zh") for m in ("r1", "r5", "mrr"))
+        verdict[e] = (ok, f_["mrr"])
+        print(f"fused {e} beats BM25 and dense {e} on R@1, R@5 and MRR in both languages: "
+              f"{'yes' if ok else 'NO'} (mixed MRR fused {f_['mrr']:.3f}, BM25 {b['mrr']:.3f}, "
+              f"dense {d['mrr']:.3f})", file=out)
+    if a.sweep:
+        for e in names:
+            rows = []
+            for lam in LAMBDAS[1:-1]:
+                row = [lam]
+                for dn, ln in NORMS:
+                    o = res.outcomes[f"sweep {e} {lam} {dn}/{ln}"]
+                    row += [Q.metrics(o, "en")["mrr"], Q.metrics(o, "zh")["mrr"],
+                            Q.metrics(o)["mrr"]]
+                rows.append(row)
+            hdr2 = ["λ"] + [f"{dn[:3]}/{ln[:4]} {lg}" for dn, ln in NORMS
+                            for lg in ("EN", "ZH", "ALL")]
+            print(table(hdr2, rows, f"\nFusion sweep, {e}: MRR by λ and normalisation"),
+                  file=out)
+    rows = []
+    for e in names:
+        for v in [k for k in res.outcomes if k.startswith("top-3") and k.endswith(" " + e)]:
+            o = res.outcomes[v]
+            rows.append([v, Q.metrics(o, "en")["r1"], Q.metrics(o, "en")["r3"],
+                         Q.metrics(o, "zh")["r1"], Q.metrics(o, "zh")["r3"],
+                         sum(x.n_hits for x in o) / max(1, len(o))])
+    print(table(["selection (top_k=3)", "EN R@1", "EN R@3", "ZH R@1", "ZH R@3", "hits/query"],
+                rows, "\nSelection options (what the chat sees)"), file=out)
+    rows = []
+    base = f"top-3 default(η=0) {DEFAULT_EMBEDDER if DEFAULT_EMBEDDER in names else names[0]}"
+    o = res.outcomes[base]
+    for eta in sorted({0.0, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, DEFAULT_PARAMS.threshold}):
+        row = [eta]
+        for lang in ("en", "zh"):
+            sel = [x for x in o if x.lang == lang]
+            n = max(1, len(sel))
+            row += [sum(x.rank is not None and x.score >= eta for x in sel) / n,
+                    sum(x.absent_best >= eta for x in sel) / n]
+        rows.append(row)
+    print(table(["η", "EN R@3", "EN absent→hit", "ZH R@3", "ZH absent→hit"], rows,
+                f"\nThreshold η ({base}; absent→hit = the query's own skill removed from the "
+                f"bank, yet something scored ≥ η; default η = {DEFAULT_PARAMS.threshold})"),
+          file=out)
+    return verdict
+
+
+def fields(skills, embedders, a, out) -> None:
+    rows = []
+    for protocol in ("strict", "loo"):
+        for label, (flds, chars, lchars) in FIELD_SETS.items():
+            vs = [Q.Variant("BM25", next(iter(embedders)), DEFAULT_PARAMS.with_(
+                lam=0.0, dedup=None))]
+            for e in embedders:
+                vs += [Q.Variant(f"dense {e}", e, DEFAULT_PARAMS.with_(lam=1.0, dedup=None)),
+                       Q.Variant(f"fused {e}", e, DEFAULT_PARAMS.with_(dedup=None))]
+            print(f" fields {protocol} {label}", file=sys.stderr, flush=True)
+            res = Q.run(skills, embedders, vs, fields=flds, instr_chars=chars,
+                        lexical_chars=lchars, folds=a.folds,
+                        protocol=protocol, absent=False, cjk=a.cjk,
+                        max_queries=a.max_queries or None)
+            row = [f"{protocol} {label}"]
+            for v in vs:
+                row += [Q.metrics(res.outcomes[v.name], "en")["mrr"],
+                        Q.metrics(res.outcomes[v.name], "zh")["mrr"]]
+            rows.append(row)
+    hdr = ["protocol / fields"] + [f"{n} {lg}" for n in ["BM25"] + [
+        f"{k} {e}" for e in embedders for k in ("dense", "fused")] for lg in ("EN", "ZH")]
+    print(table(hdr, rows, "\nRetrieval text fields: MRR (strict = all triggers of the query "
+                "skill held out; loo = only the query trigger held out; body N/M = characters "
+                "of the instructions in the embedder's / BM25's text)"), file=out)
+
+
+def speed(skills, embedders, a, bank_root, out) -> None:
+    sections = set(a.sections.split(","))
+    queries = [q.text for q in Q.make_queries(skills, 1)][:: 7][:200]
+    default = embedders.get(DEFAULT_EMBEDDER) or next(iter(embedders.values()))
+    if "speed" in sections:
+        rows = [[name, *S.query_embedding(e.base if hasattr(e, "base") else e, queries[:100])]
+                for name, e in embedders.items()]
+        print(table(["embedder", "query embed p50 ms", "p95 ms"], rows,
+                    "\nQuery embedding (one query, CPU, 1 thread)"), file=out)
+        qvecs = default.encode(queries)
+        rows = []
+        with tempfile.TemporaryDirectory(prefix="skilldesk-speed-") as tmp:
+            for n in [int(x) for x in a.sizes.split(",") if x.strip()]:
+                r = S.latency_at(skills, default, n, queries, qvecs, Path(tmp), ef=a.ef or None)
+                rows.append([r["n"], r["p50"], r["p95"], r["ef"], r["recall10"],
+                             r["skill_recall10"], r["upd_p50"], r["upd_p95"], r["save_ms"],
+                             r["build_s"], r["lex_build_s"]])
+                shutil.rmtree(Path(tmp) / f"vectors-{n}", ignore_errors=True)
+        print(table(["skills", "search p50 ms", "p95 ms", "ef", "ANN recall@10",
+                     "skill recall@10", "update p50 ms", "update p95 ms", "save ms",
+                     "index build s", "BM25 build s"], rows,
+                    f"\nSearch latency without query embedding ({DEFAULT_EMBEDDER}; corpus "
+                    "replicated, replica vectors = original + noise of norm 0.1, not "
+                    "re-embedded; update = one edited skill, real embedding)"), file=out)
+    if "build" in sections:
+        rows = []
+        for name in [n.strip() for n in a.build_embedders.split(",") if n.strip()]:
+            with tempfile.TemporaryDirectory(prefix="skilldesk-cold-") as tmp:
+                root = corpus_bank(a.corpus, Path(tmp) / "bank", a.build_n or None)
+                r = S.cold_build(root, make_embedder(name), USER)
+            rows.append([name, r["n"], r["total_s"], r["per_s"], r["save_s"], r["reopen_s"],
+                         "yes" if r["cache_ok"] else "NO"])
+        print(table(["embedder", "skills", "cold build s", "skills/s", "close s", "reopen s",
+                     "cache reused"], rows, "\nCold bank: open a desk with no vector cache "
+                    "(real embedding of every skill), then reopen"), file=out)
+    if "watch" in sections:
+        r = S.edit_to_searchable(bank_root, default, USER, a.edits)
+        print(table(["edits", "seen", "missed", "p50 s", "p95 s", "max s"],
+                    [[r["edits"], r["seen"], r["missed"], r["p50"], r["p95"], r["max"]]],
+                    f"\nEdit-to-searchable through the watcher ({len(skills)} skills, "
+                    "atomic-rename saves; target p95 < 1 s)"), file=out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _args(list(argv or []))
+    a.corpus = a.bank or a.corpus or DEFAULT_CORPUS
+    out = sys.stdout
+    names = [n.strip() for n in a.embedders.split(",") if n.strip()]
+    with tempfile.TemporaryDirectory(prefix="skilldesk-bench-") as tmp:
+        root = corpus_bank(a.corpus, Path(tmp) / "bank")
+        loaded = SkillBank(root).load(USER, "all")
+        skills = loaded.skills
+        print(f"corpus {a.corpus}: {len(skills)} skills loaded, {len(loaded.errors)} "
+              "unreadable (reported, skipped)", file=out)
+        if not skills:
+            print("no skills: nothing to measure", file=out)
+            return 1
+        cache = None if a.no_cache else a.cache
+        embedders = {n: CachedEmbedder(make_embedder(n), cache) for n in names}
+        try:
+            sections = set(a.sections.split(","))
+            if "quality" in sections:
+                quality(skills, embedders, a, out)
+            if a.fields:
+                fields(skills, embedders, a, out)
+            if sections & {"speed", "build", "watch"}:
+                speed(skills, embedders, a, root, out)
+        finally:
+            for e in embedders.values():
+                e.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,99 @@
+"""Every version of every skill, kept in ``<bank>/.history/<skill-id>/<version>.md``.
+
+Each entry is the complete SKILL.md text of that version; its ``metadata.source`` and
+``metadata.updated`` say who made it and when, so the history needs no separate log that a
+crash could tear. Entries are written atomically *before* the SKILL.md they describe, so a crash
+at any point loses no version that ever became current.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.bank import skillfile
+from engine.bank.skill import Skill, parse_version
+from engine.errors import NotFoundError, SkillFormatError
+from engine.fsutil import atomic_write, check_component, sha256_bytes
+
+
+@dataclass(frozen=True)
+class Version:
+    version: str
+    source: str
+    updated: str
+    path: Path
+    content_hash: str
+
+
+def _sort_key(name: str) -> tuple:
+    ver, _, dup = name.partition("+")
+    return (*parse_version(ver), int(dup) if dup.isdigit() else 0)
+
+
+class History:
+    """The version store of one bank."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def _dir(self, skill_id: str) -> Path:
+        return self.root / check_component(skill_id, "skill id")
+
+    def record(self, skill_id: str, version: str, text: str) -> Path:
+        """Store ``text`` as ``version``; identical content already stored is not duplicated."""
+        d = self._dir(skill_id)
+        data = text.encode("utf-8")
+        target = d / f"{check_component(version, 'version')}.md"
+        n = 1
+        while target.exists():
+            if sha256_bytes(target.read_bytes()) == sha256_bytes(data):
+                return target
+            n += 1
+            target = d / f"{version}+{n}.md"
+        atomic_write(target, data)
+        return target
+
+    def versions(self, skill_id: str) -> list[Version]:
+        """Oldest first. Unreadable entries are skipped, never fatal."""
+        d = self._dir(skill_id)
+        try:
+            names = [e.name for e in os.scandir(d) if e.name.endswith(".md") and e.is_file()]
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in sorted(names, key=lambda n: _sort_key(n[:-3])):
+            path = d / name
+            data = path.read_bytes()
+            try:
+                s = skillfile.parse(data, path)
+                source, updated = s.source, s.updated
+            except SkillFormatError:
+                source, updated = "?", ""
+            out.append(Version(name[:-3], source, updated, path, sha256_bytes(data)))
+        return out
+
+    def text(self, skill_id: str, version: str) -> str:
+        for v in self.versions(skill_id):
+            if v.version == version:
+                return v.path.read_text(encoding="utf-8")
+        raise NotFoundError(f"skill {skill_id} has no version {version}")
+
+    def latest(self, skill_id: str) -> Version | None:
+        vs = self.versions(skill_id)
+        return vs[-1] if vs else None
+
+    def has_content(self, skill_id: str, content_hash: str) -> bool:
+        return any(v.content_hash == content_hash for v in self.versions(skill_id))
+
+    def diff(self, skill_id: str, a: str, b: str) -> str:
+        """A unified diff between two stored versions."""
+        ta, tb = self.text(skill_id, a), self.text(skill_id, b)
+        return "".join(difflib.unified_diff(
+            ta.splitlines(keepends=True), tb.splitlines(keepends=True),
+            fromfile=f"{a}/SKILL.md", tofile=f"{b}/SKILL.md"))
+
+    def skill_at(self, skill_id: str, version: str) -> Skill:
+        return skillfile.parse(self.text(skill_id, version))

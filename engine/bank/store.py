@@ -1,0 +1,340 @@
+"""The SkillBank folder: the user's skills on disk, safely.
+
+Layout (see ARCHITECTURE.md)::
+
+    <bank>/Users/<user>/<slug>/SKILL.md        read-write, one folder per skill
+    <bank>/Common/<library>/<slug>/SKILL.md    shared, read-only to evolution
+    <bank>/vectors/                            rebuildable caches
+    <bank>/.history/<skill-id>/<version>.md    every version (engine.bank.history)
+    <bank>/.trash/<stamp>-<user>-<slug>/       deleted skills (never rmtree'd)
+
+Guarantees: every write is atomic and serialised per skill (a thread lock plus an ``fcntl``
+lock file, so two processes cannot interleave); every write names the content hash it started
+from and is refused with :class:`ConflictError` if the file changed meanwhile (a hand edit);
+every version is kept in the history before it becomes current.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.bank import skillfile
+from engine.bank.history import History
+from engine.bank.skill import Skill, bump_version, now_iso, parse_version
+from engine.errors import (
+    ConflictError,
+    NotFoundError,
+    ReadOnlyError,
+    SkillFormatError,
+    UnsafePathError,
+)
+from engine.fsutil import (
+    atomic_write,
+    check_component,
+    ensure_inside,
+    file_hash,
+    path_lock,
+    safe_join,
+    sha256_bytes,
+    slugify,
+)
+
+RESOURCE_DIRS = ("scripts", "references", "assets")
+SKILL_FILES = ("SKILL.md", "skill.md")
+
+
+@dataclass(frozen=True)
+class LoadError:
+    path: str
+    reason: str
+
+
+@dataclass
+class LoadResult:
+    skills: list[Skill] = field(default_factory=list)
+    errors: list[LoadError] = field(default_factory=list)
+
+
+def _semver(v: str) -> str:
+    major, minor, patch = parse_version(v)
+    return f"{major}.{minor}.{patch}"
+
+
+class SkillBank:
+    """One bank folder. Cheap to construct; nothing is cached here (the index caches)."""
+
+    def __init__(self, root: str | os.PathLike, *, create: bool = True):
+        root = Path(root).expanduser()
+        if root.exists() and not root.is_dir():
+            raise UnsafePathError(f"bank {root} is not a folder")
+        if not root.exists():
+            if not create:
+                raise NotFoundError(f"bank folder {root} does not exist")
+            root.mkdir(parents=True)
+        self.root = root.resolve()
+        self.users_dir = self.root / "Users"
+        self.common_dir = self.root / "Common"
+        self.vectors_dir = self.root / "vectors"
+        self.trash_dir = self.root / ".trash"
+        self.history = History(self.root / ".history")
+
+    # ---------------------------------------------------------------- paths
+    def user_dir(self, user: str, *, create: bool = False) -> Path:
+        d = safe_join(self.root, "Users", check_component(user, "user"))
+        if create:
+            d.mkdir(parents=True, exist_ok=True)
+            ensure_inside(self.root, d)
+        return d
+
+    def _scope_of(self, path: Path) -> tuple[str, str]:
+        rel = path.resolve().relative_to(self.root).parts
+        if len(rel) >= 3 and rel[0] in ("Users", "Common"):
+            return ("user" if rel[0] == "Users" else "common"), rel[1]
+        raise UnsafePathError(f"{path} is not a skill folder of bank {self.root}")
+
+    # ---------------------------------------------------------------- loading
+    def skill_dirs(self, user: str | None = "default", scope: str = "all") -> Iterator[
+            tuple[Path, str, str]]:
+        """``(skill dir, scope, owner)`` for every folder that holds a SKILL.md."""
+        groups: list[tuple[Path, str, str]] = []
+        if scope in ("user", "all") and user is not None:
+            groups.append((self.user_dir(user), "user", user))
+        if scope in ("common", "all") and self.common_dir.is_dir():
+            for lib in sorted(os.scandir(self.common_dir), key=lambda e: e.name):
+                if lib.is_dir() and not lib.name.startswith("."):
+                    groups.append((Path(lib.path), "common", lib.name))
+        for base, sc, owner in groups:
+            try:
+                entries = sorted(os.scandir(base), key=lambda e: e.name)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for e in entries:
+                if e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
+                    continue
+                yield Path(e.path), sc, owner
+
+    @staticmethod
+    def skill_file(d: Path) -> Path | None:
+        for name in SKILL_FILES:
+            p = d / name
+            if p.is_file():
+                return p
+        return None
+
+    def load(self, user: str | None = "default", scope: str = "all") -> LoadResult:
+        """Every readable skill; each unreadable file is reported with its reason."""
+        result = LoadResult()
+        for d, sc, owner in self.skill_dirs(user, scope):
+            f = self.skill_file(d)
+            if f is None:
+                continue
+            try:
+                ensure_inside(self.root, f)
+                skill = skillfile.read(f, scope=sc, owner=owner)
+            except (SkillFormatError, UnsafePathError) as exc:
+                result.errors.append(LoadError(str(f), getattr(exc, "reason", str(exc))))
+                continue
+            skill.resources = self._resources(d)
+            result.skills.append(skill)
+        return result
+
+    def read(self, path: str | os.PathLike) -> Skill:
+        path = Path(path)
+        if path.is_dir():
+            path = self.skill_file(path) or path / "SKILL.md"
+        ensure_inside(self.root, path)
+        sc, owner = self._scope_of(path.parent)
+        skill = skillfile.read(path, scope=sc, owner=owner)
+        skill.resources = self._resources(path.parent)
+        return skill
+
+    def find(self, ref: str, user: str = "default") -> Skill:
+        """A skill by id, name (slug), title, or SKILL.md path."""
+        if os.sep in ref or ref.endswith(".md"):
+            return self.read(ref)
+        for s in self.load(user).skills:
+            if ref in (s.id, s.name, s.title, s.key):
+                return s
+        raise NotFoundError(f"no skill {ref!r} in {self.root} for user {user!r}")
+
+    @staticmethod
+    def _resources(d: Path) -> list[str]:
+        out = []
+        for sub in RESOURCE_DIRS:
+            base = d / sub
+            if not base.is_dir() or base.is_symlink():
+                continue
+            for dirpath, _dirs, files in os.walk(base):
+                out += [os.path.relpath(os.path.join(dirpath, f), d) for f in sorted(files)]
+        return out
+
+    # ---------------------------------------------------------------- writing
+    @contextlib.contextmanager
+    def _locked(self, d: Path) -> Iterator[None]:
+        """Serialise writers of one skill folder across threads and processes."""
+        lock_dir = self.root / ".locks"
+        lock_dir.mkdir(exist_ok=True)
+        lock_name = sha256_bytes(str(d).encode())[:32] + ".lock"
+        with path_lock(d), open(lock_dir / lock_name, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def unique_slug(self, parent: Path, name: str) -> str:
+        base = slugify(name)
+        slug, n = base, 2
+        while (parent / slug).exists():
+            suffix = f"-{n}"
+            slug = base[: 64 - len(suffix)].rstrip("-") + suffix
+            n += 1
+        return slug
+
+    def create(self, skill: Skill, user: str = "default", *, source: str = "extracted") -> Skill:
+        """Write a new skill into ``Users/<user>/`` under a fresh unique slug."""
+        parent = self.user_dir(user, create=True)
+        with path_lock(parent):
+            slug = self.unique_slug(parent, skill.title or skill.name)
+            d = safe_join(parent, slug)
+            now = now_iso()
+            new = skill.copy(name=slug, title=skill.title or skill.name, scope="user",
+                             owner=user, version=_semver(skill.version or "0.1.0"),
+                             created=skill.created or now, updated=now,
+                             source=skill.source or source, path=d / "SKILL.md")
+            with self._locked(d):
+                d.mkdir(parents=True, exist_ok=False)
+                return self._commit(new, d / "SKILL.md")
+
+    def write(self, skill: Skill, *, expected_hash: str | None, source: str = "merged",
+              bump: str | None = "patch") -> Skill:
+        """Replace an existing skill's file, if it is still what the caller read.
+
+        ``expected_hash`` is the ``content_hash`` of the version the change was computed from;
+        if the file changed since (a hand edit), :class:`ConflictError` is raised and nothing
+        is written: re-read and redo. ``bump`` is the semver part to increase (None keeps it).
+        """
+        if skill.path is None:
+            raise NotFoundError("skill has no path; use create()")
+        path = Path(skill.path)
+        ensure_inside(self.root, path)
+        scope, owner = self._scope_of(path.parent)
+        if scope == "common":
+            raise ReadOnlyError(f"{path} is a shared (Common) skill; evolution never changes it")
+        with self._locked(path.parent):
+            actual = file_hash(path)
+            if actual != expected_hash:
+                raise ConflictError(str(path), expected_hash, actual)
+            new = skill.copy(scope=scope, owner=owner, name=path.parent.name,
+                             version=bump_version(skill.version, bump) if bump else skill.version,
+                             updated=now_iso(), source=source)
+            return self._commit(new, path, expected_hash=expected_hash)
+
+    def _commit(self, skill: Skill, path: Path, expected_hash: str | None = None) -> Skill:
+        """History first, then the file. Caller holds the skill's lock."""
+        skill.version = _semver(skill.version)
+        skill.instructions = skill.instructions.strip("\r\n")  # as a re-read returns it
+        text = skillfile.render(skill)
+        self.history.record(skill.id, skill.version, text)
+        if file_hash(path) != expected_hash:  # last look, just before the rename
+            raise ConflictError(str(path), expected_hash, file_hash(path))
+        atomic_write(path, text)
+        skill.path = path
+        skill.content_hash = sha256_bytes(text.encode("utf-8"))
+        skill.resources = self._resources(path.parent)
+        return skill
+
+    def record_hand_edit(self, path: str | os.PathLike) -> Skill | None:
+        """A SKILL.md changed outside SkillDesk: keep it as a new version marked as the user's.
+
+        If the content is already in the history (our own write, or a revert to a known
+        version) nothing happens. If the user did not raise the version themselves, the patch
+        version is bumped in the file (same optimistic check: a save racing us wins).
+        Returns the recorded skill, or None when there was nothing new.
+        """
+        path = Path(path)
+        skill = self.read(path)
+        if skill.scope != "user" or self.history.has_content(skill.id, skill.content_hash or ""):
+            return None
+        latest = self.history.latest(skill.id)
+        needs_bump = latest is not None and parse_version(skill.version) <= parse_version(
+            latest.version.split("+")[0])
+        if not needs_bump:
+            with self._locked(path.parent):
+                if file_hash(path) != skill.content_hash:
+                    return None  # changed again; the next event records it
+                self.history.record(skill.id, _semver(skill.version), path.read_text("utf-8"))
+            return skill
+        skill.version = latest.version.split("+")[0]
+        try:
+            return self.write(skill, expected_hash=skill.content_hash, source="user-edit")
+        except ConflictError:
+            return None
+
+    def revert(self, skill: Skill, to_version: str) -> Skill:
+        """A new version whose content equals ``to_version`` (nothing is ever rewound)."""
+        old = self.history.skill_at(skill.id, to_version)
+        latest = self.history.latest(skill.id)
+        current = latest.version.split("+")[0] if latest else skill.version
+        restored = old.copy(path=skill.path, version=max(current, skill.version,
+                                                        key=parse_version),
+                            created=skill.created or old.created)
+        restored.extra_metadata = {**old.extra_metadata, "reverted_from": to_version}
+        return self.write(restored, expected_hash=skill.content_hash, source="revert")
+
+    def delete(self, skill: Skill) -> Path:
+        """Move the skill's folder into ``.trash/`` (recoverable); returns where it went."""
+        if skill.path is None:
+            raise NotFoundError("skill has no path")
+        d = Path(skill.path).parent
+        ensure_inside(self.root, d)
+        scope, owner = self._scope_of(d)
+        if scope == "common":
+            raise ReadOnlyError(f"{d} is a shared (Common) skill")
+        with self._locked(d):
+            self.trash_dir.mkdir(exist_ok=True)
+            target = self.trash_dir / f"{now_iso().replace(':', '')}-{owner}-{d.name}"
+            n = 2
+            while target.exists():
+                target = target.with_name(f"{target.name}-{n}")
+                n += 1
+            os.rename(d, target)
+        return target
+
+    def restore(self, trashed: str | os.PathLike, user: str = "default") -> Skill:
+        """Undo a delete: move a trashed folder back under ``Users/<user>/``."""
+        src = ensure_inside(self.trash_dir, trashed)
+        skill = skillfile.read(src / "SKILL.md")
+        parent = self.user_dir(user, create=True)
+        with path_lock(parent):
+            slug = skill.name if not (parent / skill.name).exists() else self.unique_slug(
+                parent, skill.name)
+            os.rename(src, parent / slug)
+        return self.read(parent / slug / "SKILL.md")
+
+    def validate(self, path: str | os.PathLike) -> list[str]:
+        """Problems with one SKILL.md as the Agent Skills spec sees them (empty = valid)."""
+        problems: list[str] = []
+        path = Path(path)
+        try:
+            skill = skillfile.read(path)
+        except SkillFormatError as exc:
+            return [exc.reason]
+        front, _ = skillfile.split_front_matter(path.read_text("utf-8"))
+        extra = set(front) - {"name", "description", "license", "compatibility",
+                              "allowed-tools", "metadata"}
+        if extra:
+            problems.append(f"top-level fields outside the spec: {', '.join(sorted(extra))} "
+                            "(AutoSkill layout; `skilldesk skills import` converts it)")
+        if skill.name != path.parent.name:
+            problems.append(f"name {skill.name!r} does not match folder {path.parent.name!r}")
+        if skill.name != slugify(skill.name):
+            problems.append(f"name {skill.name!r} is not lowercase letters, digits and hyphens")
+        if len(str(front.get("description") or "")) > skillfile.MAX_DESCRIPTION:
+            problems.append("description is longer than 1024 characters")
+        return problems

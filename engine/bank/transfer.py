@@ -1,0 +1,157 @@
+"""Import and export Agent Skills folders and zip files.
+
+Import accepts a folder holding one skill (``SKILL.md`` at its top), a folder of skill folders
+(any depth, e.g. a whole AutoSkill bank), or a ``.zip`` of either. Every SKILL.md is parsed
+(legacy AutoSkill layout included) and re-written in the spec layout under ``Users/<user>/``;
+resource files (``scripts/``, ``references/``, ``assets/``) are copied along. Zip members are
+checked before anything is extracted: no absolute paths, no ``..``, no symlinks, size caps.
+Export writes the chosen skills as spec folders into a folder or a zip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.bank import skillfile
+from engine.bank.skill import Skill
+from engine.bank.store import RESOURCE_DIRS, SKILL_FILES, SkillBank
+from engine.errors import SkillDeskError, SkillFormatError, UnsafePathError
+from engine.fsutil import atomic_write, is_temp_name
+
+MAX_ZIP_BYTES = 512 * 1024 * 1024
+MAX_ZIP_MEMBERS = 200_000
+
+
+@dataclass
+class ImportReport:
+    imported: list[Skill] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
+
+
+def _safe_extract(zip_path: Path, dest: Path) -> None:
+    try:
+        zf = zipfile.ZipFile(zip_path)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise SkillDeskError(f"{zip_path}: not a readable zip file ({exc})") from None
+    with zf:
+        members = zf.infolist()
+        if len(members) > MAX_ZIP_MEMBERS:
+            raise SkillDeskError(f"{zip_path}: too many files ({len(members)})")
+        if sum(m.file_size for m in members) > MAX_ZIP_BYTES:
+            raise SkillDeskError(f"{zip_path}: expands to more than "
+                                 f"{MAX_ZIP_BYTES // 2**20} MB")
+        root = dest.resolve()
+        for m in members:
+            name = m.filename.replace("\\", "/")
+            if name.startswith("/") or ".." in name.split("/") or "\x00" in name:
+                raise UnsafePathError(f"{zip_path}: member {m.filename!r} escapes the folder")
+            if stat.S_ISLNK(m.external_attr >> 16):
+                raise UnsafePathError(f"{zip_path}: member {m.filename!r} is a symlink")
+            target = (root / name).resolve()
+            if root not in target.parents and target != root:
+                raise UnsafePathError(f"{zip_path}: member {m.filename!r} escapes the folder")
+        zf.extractall(dest)
+
+
+def _find_skill_files(src: Path) -> list[Path]:
+    out = []
+    for dirpath, dirs, files in os.walk(src, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in RESOURCE_DIRS)
+        for name in SKILL_FILES:
+            if name in files:
+                out.append(Path(dirpath) / name)
+                break
+    return out
+
+
+def import_skills(bank: SkillBank, src: str | os.PathLike, user: str = "default") -> ImportReport:
+    """Import every skill under ``src`` (folder or zip) into ``Users/<user>/``."""
+    src = Path(src).expanduser()
+    if not src.exists():
+        raise SkillDeskError(f"{src} does not exist")
+    report = ImportReport()
+    with tempfile.TemporaryDirectory(prefix="skilldesk-import-") as tmp:
+        if src.is_file():
+            if not zipfile.is_zipfile(src):
+                raise SkillDeskError(f"{src}: expected a folder or a .zip of skills")
+            _safe_extract(src, Path(tmp))
+            src = Path(tmp)
+        for f in _find_skill_files(src):
+            try:
+                skill = skillfile.read(f)
+            except SkillFormatError as exc:
+                report.skipped.append((str(f), exc.reason))
+                continue
+            skill.title = skill.title or skill.name
+            new = bank.create(skill.copy(source="imported"), user, source="imported")
+            _copy_resources(f.parent, new.path.parent, report)
+            new.resources = bank._resources(new.path.parent)
+            report.imported.append(new)
+    return report
+
+
+def _copy_resources(src_dir: Path, dest_dir: Path, report: ImportReport) -> None:
+    for sub in RESOURCE_DIRS:
+        base = src_dir / sub
+        if not base.is_dir() or base.is_symlink():
+            continue
+        for dirpath, _dirs, files in os.walk(base, followlinks=False):
+            for name in files:
+                p = Path(dirpath) / name
+                if p.is_symlink() or is_temp_name(name):
+                    report.skipped.append((str(p), "symlink or temporary file not copied"))
+                    continue
+                rel = p.relative_to(src_dir)
+                target = dest_dir / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(p, target)
+
+
+def export_skills(skills: list[Skill], dest: str | os.PathLike, *,
+                  layout: str = "spec") -> Path:
+    """Write ``skills`` as spec folders into ``dest`` (a folder, or a path ending in .zip).
+
+    An existing destination folder is added to, never overwritten: a skill whose folder already
+    exists there is written as ``<name>-2`` and so on.
+    """
+    dest = Path(dest).expanduser()
+    render = skillfile.render_autoskill if layout == "autoskill" else skillfile.render
+    if dest.suffix.lower() == ".zip":
+        if dest.exists():
+            raise SkillDeskError(f"{dest} already exists; choose another file name")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.tmp")
+        used: set[str] = set()
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for s in skills:
+                folder = _unique(s.name, used)
+                zf.writestr(f"{folder}/SKILL.md", render(s.copy(name=folder)))
+                for rel in s.resources:
+                    zf.write(s.path.parent / rel, f"{folder}/{rel}")
+        os.replace(tmp, dest)
+        return dest
+    dest.mkdir(parents=True, exist_ok=True)
+    used = {p.name for p in dest.iterdir()}
+    for s in skills:
+        folder = _unique(s.name, used)
+        atomic_write(dest / folder / "SKILL.md", render(s.copy(name=folder)))
+        for rel in s.resources:
+            target = dest / folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(s.path.parent / rel, target)
+    return dest
+
+
+def _unique(name: str, used: set[str]) -> str:
+    folder, n = name, 2
+    while folder in used:
+        folder = f"{name}-{n}"
+        n += 1
+    used.add(folder)
+    return folder

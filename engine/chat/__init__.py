@@ -1,0 +1,1 @@
+"""One chat turn: rewrite, plan, retrieve, render, generate; and the chat history store."""

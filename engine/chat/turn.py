@@ -1,0 +1,215 @@
+"""The foreground turn (``SkillDesk.chat``): rewrite → retrieve → render skills → answer.
+
+1. Rewrite the newest user message into one standalone retrieval query (P_rw) — skipped when
+   the message is already self-contained (a cheap heuristic, no model call), and rule-based on
+   tiny models: the topic anchor (first message of the current topic) plus the new message.
+2. Hybrid retrieval through the desk; the chosen skills are rendered compactly.
+3. Answer with P_chat: the system message is the policy + the skill block, always first, so
+   the prefix the model has already evaluated (KV cache) is reused while the skills stay the
+   same; the history follows unchanged. Streamed and stoppable; FOREGROUND priority, so it
+   pre-empts background learning.
+4. Afterwards, the conversation is queued for background evolution (``learn=True``).
+
+:class:`TurnResult` says which skills were injected and with which scores, for the UI.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import prompts
+from engine.chat.render import InjectedSkill, injected, render_skills
+from engine.errors import Cancelled, StructuredOutputError
+from engine.learning import triage
+from engine.llm import tiers
+from engine.llm.base import CancelToken, GenParams, Usage
+from engine.llm.client import LLMClient
+from engine.llm.worker import FOREGROUND, ModelWorker
+from engine.text import clip, content_tokens
+
+_turn_ids = itertools.count(1)
+
+
+@dataclass
+class TurnResult:
+    text: str
+    query: str
+    rewritten: bool
+    injected: list[InjectedSkill] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    ttft_s: float | None = None
+    decode_tps: float | None = None
+    finish_reason: str = "stop"
+    trimmed_messages: int = 0
+    model: str = ""
+    turn_id: str = ""
+    timings: dict[str, float] = field(default_factory=dict)  # rewrite_s, retrieve_s, total_s
+    evolution_job: str | None = None
+
+
+# ------------------------------------------------------------------------------ the rewrite
+def needs_rewrite(messages: list[dict]) -> bool:
+    """False when the newest user message can be searched as it is (no model call)."""
+    turns = triage.user_turns(messages)
+    if len(turns) < 2:
+        return False
+    latest = turns[-1]
+    if triage.is_switch(latest.text):
+        return False
+    if triage.is_anaphoric(latest.text) or latest.signal.correction:
+        return True
+    return len(content_tokens(latest.text)) < 4
+
+
+def rule_rewrite(messages: list[dict]) -> str:
+    """The topic anchor (first message of the current topic) + the newest message."""
+    turns = triage.user_turns(messages)
+    if not turns:
+        return ""
+    seg = triage.segments(turns)[-1]
+    latest = seg[-1].text
+    if len(seg) == 1:
+        return clip(latest, 300)
+    return clip(f"{clip(seg[0].text, 160)} {latest}", 300)
+
+
+def llm_rewrite(client: LLMClient, messages: list[dict]) -> str:
+    turns = triage.user_turns(messages)
+    seg = triage.segments(turns)[-1] if turns else []
+    history = "\n".join(f"- {clip(t.text, 200)}" for t in (seg[:-1] or turns[:-1])[-3:])
+    out = client.structured("rewrite", history=history or "- (none)",
+                            message=clip(turns[-1].text, 400))
+    return clip(str(out["query"]), 300)
+
+
+# ------------------------------------------------------------------------------ the turn
+class Turn:
+    """One foreground turn; iterate :meth:`stream` or call :meth:`run`."""
+
+    def __init__(self, messages: list[dict], *, worker: ModelWorker,
+                 search: Callable[[str, int | None, LLMClient], list[Any]],
+                 system_prompt: str = "",
+                 top_k: int | None = None, params: GenParams | None = None,
+                 on_done: Callable[[TurnResult, list[dict]], str | None] | None = None,
+                 tier: str | None = None, cancel: CancelToken | None = None):
+        if not any(m.get("role") == "user" for m in messages):
+            raise ValueError("a chat turn needs at least one user message")
+        self.messages = [dict(m) for m in messages]
+        self.worker, self.search, self.top_k = worker, search, top_k
+        self.system_prompt = system_prompt
+        self.params = params or GenParams(max_tokens=512)
+        self.on_done = on_done
+        self.tier = tier or tiers.tier_of(worker)
+        self.policy = tiers.policy(self.tier)
+        self.cancel_token = cancel or CancelToken()
+        self.client = LLMClient(worker, priority=FOREGROUND, tier=self.tier)
+        self.turn_id = f"t{next(_turn_ids)}-{int(time.time() * 1000) % 10**8}"
+        self.result: TurnResult | None = None
+        self.cancel_token.add_callback(self.client.cancel_all)
+        self._chat = None
+
+    def cancel(self) -> None:
+        self.cancel_token.cancel()
+        if self._chat is not None:
+            self._chat.cancel()
+
+    def _query(self, timings: dict[str, float]) -> tuple[str, bool]:
+        latest = next(m["content"] for m in reversed(self.messages) if m.get("role") == "user")
+        if not needs_rewrite(self.messages):
+            return clip(str(latest), 400), False
+        t0 = time.perf_counter()
+        try:
+            if self.policy.rewrite == "rule":
+                query = rule_rewrite(self.messages)
+            else:
+                query = llm_rewrite(self.client, self.messages)
+        except (StructuredOutputError, Cancelled):
+            query = rule_rewrite(self.messages)  # a bad rewrite must not cost the answer
+        timings["rewrite_s"] = time.perf_counter() - t0
+        return query, True
+
+    def chat_messages(self, skills_block: str) -> list[dict]:
+        system = self.system_prompt
+        history = []
+        for m in self.messages:
+            if m.get("role") == "system":
+                system = str(m.get("content") or "") or system  # the caller's system prompt wins
+            elif m.get("role") in ("user", "assistant"):
+                history.append({"role": m["role"], "content": str(m.get("content") or "")})
+        if not skills_block:  # nothing applies: the user's system prompt alone
+            return [{"role": "system", "content": system}, *history] if system else history
+        sys_msg = prompts.load("chat", self.tier).render(system_prompt=system,
+                                                         skills=skills_block)[0]
+        return [sys_msg, *history]
+
+    def stream(self) -> Iterator[str]:
+        t_start = time.perf_counter()
+        timings: dict[str, float] = {}
+        query, rewritten = self._query(timings)
+        t0 = time.perf_counter()
+        hits: list[Any] = []
+        if query and not self.cancel_token.cancelled:
+            try:  # the plan step's model call is this turn's: Stop interrupts it too
+                hits = list(self.search(query, self.top_k, self.client) or [])
+            except Cancelled:
+                hits = []
+        hits = hits[: self.policy.max_skills]
+        timings["retrieve_s"] = time.perf_counter() - t0
+        block = render_skills(hits, self.policy.skill_chars)
+        msgs = self.chat_messages(block)
+        text, res = [], None
+        if not self.cancel_token.cancelled:
+            self._chat = self.worker.stream_chat(msgs, self.params, priority=FOREGROUND)
+            if self.cancel_token.cancelled:
+                self._chat.cancel()
+            for chunk in self._chat:
+                text.append(chunk)
+                yield chunk
+            res = self._chat.result
+        timings["total_s"] = time.perf_counter() - t_start
+        backend = self.worker.backend
+        self.result = TurnResult(
+            text="".join(text), query=query, rewritten=rewritten, injected=injected(hits),
+            usage=res.usage if res else Usage(), ttft_s=res.ttft_s if res else None,
+            decode_tps=res.decode_tps if res else None,
+            finish_reason=res.finish_reason if res else "cancelled",
+            trimmed_messages=res.trimmed_messages if res else 0,
+            model=getattr(backend, "name", ""), turn_id=self.turn_id, timings=timings)
+        if self.on_done is not None:
+            convo = [*self.messages, {"role": "assistant", "content": self.result.text}]
+            self.result.evolution_job = self.on_done(self.result, convo)
+
+    def run(self) -> TurnResult:
+        for _ in self.stream():
+            pass
+        assert self.result is not None
+        return self.result
+
+
+class TurnStream:
+    """``desk.chat(..., stream=True)``: iterate for text chunks; ``.result`` afterwards."""
+
+    def __init__(self, turn: Turn):
+        self._turn = turn
+        self._it = turn.stream()
+
+    def __iter__(self) -> Iterator[str]:
+        return self._it
+
+    def __next__(self) -> str:
+        return next(self._it)
+
+    def cancel(self) -> None:
+        self._turn.cancel()
+
+    @property
+    def result(self) -> TurnResult | None:
+        return self._turn.result
+
+    @property
+    def turn_id(self) -> str:
+        return self._turn.turn_id

@@ -1,0 +1,1 @@
+"""Bootstrapping a bank: conversations, documents and trajectories into the learning pipeline."""

@@ -1,0 +1,148 @@
+"""Candidate skills and the SKILL.md body they become.
+
+A model answers with fields (goal, constraints, workflow...), never with Markdown: the body is
+rendered here, always with ``# Goal``, ``# Constraints & Style`` and, when there are steps,
+``# Workflow``. :func:`parse_body` reads such a body back (and keeps any other section a user
+wrote by hand, so a merge never loses it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.bank.skill import Skill, normalize_level
+from engine.text import clip, dedupe, scrub
+
+_HEADING = re.compile(r"^#{1,3}\s+(.+?)\s*$", re.M)
+_BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)、])\s*")
+GOAL, RULES, WORKFLOW = "Goal", "Constraints & Style", "Workflow"
+_ALIASES = {"goal": GOAL, "目标": GOAL, "constraints & style": RULES, "constraints": RULES,
+            "constraints and style": RULES, "rules": RULES, "约束": RULES, "约束与风格": RULES,
+            "workflow": WORKFLOW, "steps": WORKFLOW, "流程": WORKFLOW, "步骤": WORKFLOW}
+
+
+@dataclass
+class Candidate:
+    """One skill proposed by extraction (or the result of a merge), before it is written."""
+
+    name: str
+    description: str
+    goal: str = ""
+    constraints: list[str] = field(default_factory=list)
+    workflow: list[str] = field(default_factory=list)
+    triggers: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)
+    level: str = "functional"
+    confidence: float = 0.0
+    extra_sections: str = ""  # hand-written sections of an existing body, kept verbatim
+    level_guessed: bool = False  # rule-based extraction: the judge may merge across levels
+    fixing: bool = False  # extracted from a correction of the last answer ("No, I said…")
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Candidate:
+        def strs(key: str, n: int, width: int) -> list[str]:
+            raw = d.get(key) or []
+            raw = [raw] if isinstance(raw, str) else raw
+            return dedupe([clip(scrub(str(x)), width) for x in raw if str(x).strip()])[:n]
+
+        return cls(name=clip(scrub(str(d.get("name") or "")), 60),
+                   description=clip(scrub(str(d.get("description") or "")), 240),
+                   goal=clip(scrub(str(d.get("goal") or "")), 240),
+                   constraints=strs("constraints", 12, 200), workflow=strs("workflow", 10, 200),
+                   triggers=strs("triggers", 8, 100), tags=strs("tags", 8, 30),
+                   examples=strs("examples", 4, 200),
+                   level=normalize_level(d.get("level")),
+                   confidence=_float(d.get("confidence"), 0.5))
+
+    @classmethod
+    def from_skill(cls, skill: Skill) -> Candidate:
+        goal, rules, steps, extra = parse_body(skill.instructions)
+        return cls(name=skill.title or skill.name, description=skill.description, goal=goal,
+                   constraints=rules, workflow=steps, triggers=list(skill.triggers),
+                   tags=list(skill.tags),
+                   examples=[e if isinstance(e, str) else str(e.get("input", e))
+                             if isinstance(e, dict) else str(e) for e in skill.examples],
+                   level=skill.level, confidence=1.0, extra_sections=extra)
+
+    def body(self) -> str:
+        return render_body(self.goal or self.description, self.constraints, self.workflow,
+                           self.extra_sections)
+
+    def summary(self, n_rules: int = 4) -> str:
+        """One line for the judge prompt: ``name | rule; rule``."""
+        rules = "; ".join(self.constraints[:n_rules]) or self.goal or self.description
+        return f"{clip(self.name, 60)} | {clip(rules, 240)}"
+
+    def fields_text(self) -> str:
+        """The candidate as the merge prompt shows it."""
+        return "\n".join([f"description: {self.description}", f"goal: {self.goal}",
+                          "constraints: " + " | ".join(self.constraints),
+                          *(["workflow: " + " | ".join(self.workflow)] if self.workflow else []),
+                          "triggers: " + " | ".join(self.triggers[:4])])
+
+    def to_skill(self, **changes: Any) -> Skill:
+        skill = Skill(name=self.name, title=self.name, description=self.description,
+                      instructions=self.body(), level=self.level, triggers=self.triggers,
+                      tags=self.tags, examples=[{"input": e} for e in self.examples])
+        return skill.copy(**changes) if changes else skill
+
+    @property
+    def text(self) -> str:
+        """Everything a retrieval query or a junk check should see."""
+        return "\n".join([self.name, self.description, self.goal, *self.constraints,
+                          *self.workflow, *self.triggers])
+
+
+def _float(v: Any, default: float) -> float:
+    try:
+        return max(0.0, min(1.0, float(v)))
+    except (TypeError, ValueError):
+        return default
+
+
+def render_body(goal: str, rules: list[str], steps: list[str], extra: str = "") -> str:
+    parts = [f"# {GOAL}\n\n{goal.strip()}", f"# {RULES}\n\n" + "\n".join(f"- {r}" for r in rules)]
+    if steps:
+        parts.append(f"# {WORKFLOW}\n\n" + "\n".join(f"{i}. {s}" for i, s in
+                                                       enumerate(steps, 1)))
+    if extra.strip():
+        parts.append(extra.strip())
+    return "\n\n".join(parts) + "\n"
+
+
+def _items(text: str) -> list[str]:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if any(_BULLET.match(ln) for ln in lines):
+        return [_BULLET.sub("", ln).strip() for ln in lines if _BULLET.match(ln)]
+    return lines
+
+
+def parse_body(body: str) -> tuple[str, list[str], list[str], str]:
+    """``(goal, constraints, workflow steps, other sections verbatim)`` of a skill body.
+
+    A body without our headings (an imported or hand-written skill) becomes: no goal, each
+    bullet or line a constraint — so a merge can still keep every rule.
+    """
+    heads = list(_HEADING.finditer(body or ""))
+    if not heads:
+        return "", _items(body or ""), [], ""
+    goal, rules, steps, extra = "", [], [], []
+    pre = body[: heads[0].start()].strip()
+    if pre:
+        rules += _items(pre)
+    for i, m in enumerate(heads):
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(body)
+        content = body[m.end():end].strip("\n")
+        key = _ALIASES.get(m[1].strip().lower())
+        if key == GOAL:
+            goal = " ".join(content.split())
+        elif key == RULES:
+            rules += _items(content)
+        elif key == WORKFLOW:
+            steps += _items(content)
+        else:
+            extra.append(body[m.start():end].strip("\n"))
+    return goal, rules, steps, "\n\n".join(extra)

@@ -1,0 +1,190 @@
+"""Deterministic checks that keep junk out of the bank, whatever a model answered.
+
+:func:`vet_candidate` cleans one extracted candidate (drops rules that are not grounded in the
+user's own words or that were copied from the assistant, scrubs case details) and returns the
+reason to discard it, if any: no rules left, a generic name, low confidence, leftover personal
+data. :func:`repair_merge` makes sure a merge never loses an existing rule that the new
+candidate did not explicitly correct.
+"""
+
+from __future__ import annotations
+
+import re
+
+from engine.learning.candidate import Candidate
+from engine.text import (
+    ZH_STOP,
+    clip,
+    content_tokens,
+    coverage,
+    dedupe,
+    has_pii,
+    jaccard,
+    language,
+    normalize,
+)
+
+MIN_CONFIDENCE = 0.5
+GROUNDING = 0.5  # share of a rule's content words that must come from the user's messages
+GENERIC_NAMES = {
+    "skill", "new skill", "my skill", "skill name", "name", "user skill", "user preference",
+    "user preferences", "preference", "preferences", "general", "general skill", "assistant",
+    "helper", "help", "task", "tasks", "misc", "other", "default", "rule", "rules", "style",
+    "format", "response", "answer", "answers", "chat", "conversation", "untitled", "example",
+    "技能", "新技能", "用户偏好", "偏好", "通用", "规则", "格式", "回答", "任务", "其他",
+}
+
+
+def _is_generic(name: str) -> bool:
+    n = normalize(name).strip(" .:-_")
+    return not n or n in GENERIC_NAMES or len(n) < 3 and not any('\u4e00' <= c for c in n) \
+        or not content_tokens(n)
+
+
+_CUE_WORDS = re.compile(
+    r"\b(from now on|going forward|in (the )?future|always|never|every ?time|please|remember|"
+    r"make sure|do not|don'?t)\b|以后|今后|从现在开始|从现在起|每次|总是|始终|一律|都要|都用|"
+    r"不要|别再|必须|记住|请|一定", re.I)
+
+
+def _empty_rule(rule: str) -> bool:
+    """Nothing left once the cue words are gone ("以后都要有", "always do it")."""
+    rest = _CUE_WORDS.sub(" ", normalize(rule))
+    rest_zh = "".join(ch for ch in rest if "\u4e00" <= ch <= "\u9fff")
+    words = {t for t in content_tokens(rest) if not ("\u4e00" <= t[0] <= "\u9fff")}
+    return not words and len(rest_zh) < 2
+
+
+def _copied_from_assistant(rule: str, user_toks: set[str], assistant: str) -> bool:
+    """A rule whose words come from the assistant's replies rather than the user's."""
+    if not assistant:
+        return False
+    toks = content_tokens(rule)
+    if not toks:
+        return False
+    return coverage(toks, assistant) >= 0.8 and coverage(toks, user_toks) < GROUNDING
+
+
+def grounded(rule: str, user_toks: set[str], user_text: str) -> bool:
+    """Most of the rule's words come from the user's messages. Chinese paraphrases reorder
+    characters ("风险一栏必须有" for "要加上风险一栏"), so Chinese rules count characters."""
+    if coverage(rule, user_toks) >= GROUNDING:
+        return True
+    chars = {ch for ch in normalize(rule) if "\u4e00" <= ch <= "\u9fff" and ch not in ZH_STOP}
+    if len(chars) < 3:
+        return False
+    return len(chars & set(normalize(user_text))) / len(chars) >= 0.6
+
+
+def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "") -> str | None:
+    """Clean ``c`` in place; return why it must be discarded, or None when it may be used."""
+    user_toks = content_tokens(user_text)
+    kept, dropped = [], []
+    for rule in c.constraints:
+        if _empty_rule(rule) or _copied_from_assistant(rule, user_toks, assistant_text):
+            dropped.append(rule)
+        elif grounded(rule, user_toks, user_text):
+            kept.append(rule)
+        else:
+            dropped.append(rule)
+    c.constraints = dedupe(kept)
+    c.workflow = [s for s in dedupe(c.workflow) if coverage(s, user_toks) >= GROUNDING / 2]
+    if not c.constraints:
+        why = "no rule grounded in the user's messages" if dropped else "no rules"
+        return f"{why} (dropped: {clip('; '.join(dropped), 120)})" if dropped else why
+    if _is_generic(c.name):
+        return f"generic name {c.name!r}"
+    if c.confidence < MIN_CONFIDENCE:
+        return f"low confidence {c.confidence:.2f}"
+    if any(has_pii(x) for x in [c.name, c.description, *c.constraints, *c.triggers]):
+        return "case-specific details (emails, phone or order numbers) left in the rules"
+    if not c.description.strip():
+        c.description = c.goal or "; ".join(c.constraints[:2])
+    if not c.goal.strip():
+        c.goal = c.description
+    if not c.triggers:
+        c.triggers = [c.name]
+    c.triggers = dedupe(c.triggers)
+    c.tags = dedupe([t.lower() if language(t) == "en" else t for t in c.tags])
+    return None
+
+
+def known_already(c: Candidate, existing: Candidate) -> bool:
+    """Every rule of ``c`` is already one of ``existing``'s rules (nearly word for word, or its
+    words all found in one rule and the skill: "in Python use type hints" vs "use type hints")."""
+    if not c.constraints:
+        return True
+    whole = content_tokens(existing.text)
+
+    def known(r: str) -> bool:
+        best = max((jaccard(r, e) for e in existing.constraints), default=0.0)
+        inside = max((coverage(r, e) for e in existing.constraints), default=0.0)
+        return best >= 0.75 or (inside >= 0.6 and coverage(r, whole) >= 0.85)
+
+    return all(known(r) for r in c.constraints)
+
+
+def corrects(new: str, old: str) -> bool:
+    """``new`` rewrites ``old``: same subject, different detail (e.g. 2 → 4 spaces)."""
+    if normalize(new) == normalize(old):
+        return False
+    return jaccard(new, old) >= 0.4
+
+
+def union(existing: Candidate, new: Candidate) -> Candidate:
+    """The rule-based merge: existing rules, corrected where the new ones say so, plus the new.
+
+    Identity (name, level, language of what was there) stays the existing skill's.
+    """
+    rules = list(existing.constraints)
+    for r in new.constraints:
+        hit = next((i for i, old in enumerate(rules) if corrects(r, old)), None)
+        if hit is not None:
+            rules[hit] = r
+        elif max((jaccard(r, o) for o in rules), default=0.0) < 0.75:
+            rules.append(r)
+    steps = existing.workflow or new.workflow
+    return Candidate(name=existing.name, description=existing.description or new.description,
+                     goal=existing.goal or new.goal, constraints=dedupe(rules)[:12],
+                     workflow=steps, triggers=dedupe(existing.triggers + new.triggers)[:8],
+                     tags=dedupe(existing.tags + new.tags)[:8],
+                     examples=dedupe(existing.examples + new.examples)[:4],
+                     level=existing.level, confidence=1.0,
+                     extra_sections=existing.extra_sections)
+
+
+def repair_merge(merged: Candidate, existing: Candidate, new: Candidate) -> list[str]:
+    """Fix a model's merge in place: no lost rules, no dropped triggers, identity kept.
+
+    Returns a note per repair (for the event log).
+    """
+    notes = []
+    rules = dedupe(merged.constraints)
+    for old in existing.constraints:
+        kept = max((jaccard(old, r) for r in rules), default=0.0) >= 0.5
+        corrected = any(corrects(n, old) for n in new.constraints)
+        if not kept and not corrected:
+            rules.append(old)
+            notes.append(f"kept existing rule {clip(old, 60)!r}")
+    for n in new.constraints:  # a new rule the model forgot
+        if max((jaccard(n, r) for r in rules), default=0.0) < 0.4:
+            rules.append(n)
+            notes.append(f"added new rule {clip(n, 60)!r}")
+    merged.constraints = dedupe(rules)[:14]
+    merged.triggers = dedupe(existing.triggers + merged.triggers + new.triggers)[:8]
+    merged.tags = dedupe(existing.tags + merged.tags)[:8]
+    merged.examples = dedupe(existing.examples + new.examples)[:4]
+    merged.name, merged.level = existing.name, existing.level
+    merged.extra_sections = existing.extra_sections
+    if existing.workflow and not merged.workflow:
+        merged.workflow = existing.workflow
+    if language(existing.text) != language(merged.text) and existing.constraints:
+        notes.append("merge changed the language; kept the existing wording plus new rules")
+        fallback = union(existing, new)
+        merged.constraints, merged.description, merged.goal = (
+            fallback.constraints, fallback.description, fallback.goal)
+    if not merged.description.strip():
+        merged.description = existing.description
+    if not merged.goal.strip():
+        merged.goal = existing.goal
+    return notes

@@ -1,0 +1,172 @@
+"""Rule-based extraction, for models too weak to extract (measured: the bundled 135M model).
+
+Instead of asking the model, take the user's own sentences that state a lasting rule: a
+sentence with a strong cue ("from now on", "whenever", "以后", "每次"…) or a clause that starts
+with always/never/don't/不要; or, for a format asked for again and again, a short template rule
+("Use bullet points"). Case details are scrubbed; questions are never rules. The result is
+grounded in the user's words by construction, so it cannot invent junk — it can only be
+clumsier than a good model's wording. The level is a guess (``level_guessed``), so the judge
+may merge it into a skill of another level.
+"""
+
+from __future__ import annotations
+
+import re
+
+from engine.learning.candidate import Candidate
+from engine.learning.triage import Window
+from engine.text import clip, content_tokens, language, normalize, scrub
+
+# A cue about the future makes a rule even inside a question ("could you do X from now on?").
+_FUTURE = re.compile(
+    r"\b(from now on|going forward|from here on|in (the )?future|remember (that|to)|"
+    r"please remember)\b|^remember\b|以后|今后|从现在起|从现在开始|往后|记住|请记得", re.I)
+# Other cues make a rule in a statement, never in a question ("why do cats always…?").
+_STRONG = re.compile(
+    r"\b(whenever|every ?time|each time|by default|for all (my|future)|as a rule|"
+    r"in all (your )?(future )?(answers|replies|responses)|make sure (to|you) (always|never)|"
+    r"stop (using|adding|doing)|no more)\b|每次|一律|默认|统一|都用|都要", re.I)
+_CLAUSE_RULE = re.compile(r"^(please |and |but |also )?(always|never|don'?t|do not)\b|"
+                          r"^(请)?(不要|别再|不许|不准|必须|务必|一定要|总是|始终|永远)", re.I)
+# A first-person preference is a rule in a statement: "I always want summaries to start with…",
+# "I'd like you to never…", "I prefer answers that…". (Not "I always forget my keys": the verb
+# after always/never must be one of wanting.)
+_PREFERENCE = re.compile(
+    r"\bi (always|never|usually) (want|need|like|prefer|expect)\b|"
+    r"\bi(?: would|'d)? (want|need|like|prefer|expect) (you )?(to )?(always|never)\b|"
+    r"\bi (really )?prefer (it |that |my |all |your |answers|replies|summaries|code)|"
+    r"我(一直|总是|都)?(希望|想要|喜欢|要求)(你)?(总是|都|每次|一直)", re.I)
+# Material the user asks to be written, translated or fixed is content, not a rule:
+# quoted text, and what follows a colon after a request ("write a reminder: don't be late").
+_QUOTED = re.compile(r"[\"“「『‘][^\"”」』’]*[\"”」』’]|'[^']{3,}'")
+_CONTENT_AFTER_COLON = re.compile(
+    r"\b(write|translate|rewrite|fix|proofread|draft|reply to|summari[sz]e|correct|polish)\b"
+    r"[^:：]*[:：].*$|(写|翻译|改写|润色|修改|改得|回复|总结|改成)[^:：]*[:：].*$", re.I)
+_QUESTION = re.compile(r"[?？吗呢]\s*$", re.I)
+_LEAD = re.compile(
+    r"^(ok(ay)?|no|nope|actually|also|again|and|but|please|remember|important|note|so|"
+    r"i said|i told you|that'?s wrong|not like that|from now on|going forward|from here on|"
+    r"in (the )?future|by default|as a rule)\b[\s,:;.!-]*|"
+    r"^(不对|错了|记住|请记得|另外|还有|以后|今后|从现在起|从现在开始|换个话题)[\s，,：:。!！]*", re.I)
+_TAIL = re.compile(r"[\s,]*(from now on|going forward|in (the )?future|please)[\s.!]*$", re.I)
+_SENTENCE = re.compile(r"(?:[^.!?。！？;；\n]|[.;](?=\S))+[.!?。！？;；]?")
+_CLAUSE = re.compile(r"[,，:：]\s*")
+_TOOLS = re.compile(r"\b(json|sql|git|python|regex|csv|yaml|bash|shell|api|excel|css|html|"
+                    r"javascript|typescript|pytest|markdown|latex|docker)\b", re.I)
+
+
+def named_tools(text: str) -> set[str]:
+    """The languages and tools a text names ("sql", "python"…), lowercased."""
+    return {m.lower() for m in _TOOLS.findall(text or "")}
+
+
+FORMAT_RULES = {
+    "bullets": ("Use bullet points", "用要点列出"),
+    "table": ("Use a table", "用表格"),
+    "json": ("Use JSON", "用 JSON 格式"),
+    "markdown": ("Use Markdown", "用 Markdown 格式"),
+    "tldr": ("Start with a one-line TL;DR", "先给一句话总结"),
+    "numbered": ("Use a numbered list", "用编号列表"),
+    "brief": ("Keep it brief", "简洁"),
+    "formal": ("Use a formal tone", "语气正式"),
+    "emoji": ("No emojis", "不用表情"),
+    "english": ("Answer in English", "用英文回答"),
+    "chinese": ("Answer in Chinese", "用中文回答"),
+    "code": ("Put code in code blocks", "代码放在代码块里"),
+}
+
+
+def _clean(sentence: str) -> str:
+    s = sentence.strip().rstrip("。.;；!！")
+    for _ in range(4):  # peel "No, actually, from now on, ..."
+        new = _LEAD.sub("", s).strip()
+        if new == s:
+            break
+        s = new
+    s = _TAIL.sub("", s).strip(" ,，")
+    return s[:1].upper() + s[1:] if s else s
+
+
+def is_rule_sentence(sentence: str) -> bool:
+    s = _CONTENT_AFTER_COLON.sub("", _QUOTED.sub(" ", normalize(sentence))).strip()
+    if _FUTURE.search(s):
+        return True
+    if _QUESTION.search(s.rstrip(" .。")):
+        return False
+    if _STRONG.search(s) or _PREFERENCE.search(s):
+        return True
+    return any(_CLAUSE_RULE.search(c.strip()) for c in _CLAUSE.split(s))
+
+
+# "I'd like you to always answer in French" → "Always answer in French";
+# "I always want summaries to start with X" → "Summaries should always start with X";
+# "I prefer answers that …" → "Prefer answers that …". A model follows a rule it is given as an
+# instruction more often than a report of what the user wants.
+_WANT_YOU = re.compile(r"^i(?: (always|usually|really))?(?: would|'d)? (?:like|want|need|expect|"
+                       r"prefer) you to (?:(always|never) )?(.+)$", re.I)
+# "I want X to Y" / "I want X signed Y" (X: one or two words)
+_WANT_THING = re.compile(r"^i(?: (always|never|usually|really))? (?:want|need|like|prefer|expect) "
+                         r"(?:my |all |your )?((?:\w+ )?\w+) (?:to (.+)|(\w+ed) (.+))$", re.I)
+_PREFER = re.compile(r"^i (?:really )?prefer (.+)$", re.I)
+
+
+def _imperative(rule: str) -> str:
+    if m := _WANT_YOU.match(rule):
+        adverb = m[2] or ("always" if (m[1] or "").lower() == "always" else "")
+        out = f"{adverb} {m[3]}" if adverb else m[3]
+    elif m := _WANT_THING.match(rule):
+        adverb = (m[1] or "").lower()
+        adverb = adverb + " " if adverb in ("always", "never") else ""
+        action = m[3] if m[3] is not None else f"be {m[4]} {m[5]}"
+        out = f"{m[2]} should {adverb}{action}"
+    elif m := _PREFER.match(rule):
+        out = f"prefer {m[1]}"
+    else:
+        return rule
+    return out[:1].upper() + out[1:]
+
+
+def _name(rule: str) -> str:
+    # "Summaries should always start with X" → "Summaries start with X" (a title, not a rule)
+    rule = re.sub(r"\bshould (always )?(be )?", lambda m: "are " if m[2] else "", rule, count=1)
+    if language(rule) == "zh":
+        return clip(re.sub(r"[，,。：:；;].*$", "", rule), 16)
+    words = rule.split()
+    out = []
+    for w in words:
+        out.append(w)
+        if len(" ".join(out)) >= 40:
+            break
+    return " ".join(out).rstrip(",;:") or rule[:40]
+
+
+def rule_extract(w: Window) -> list[Candidate]:
+    """Zero or one candidate from a window: its stated rules, in the user's words."""
+    rules: list[str] = []
+    for t in w.turns:
+        for m in _SENTENCE.finditer(t.text):
+            sent = m[0].strip()
+            if sent and is_rule_sentence(sent):
+                cleaned = _imperative(_clean(scrub(sent)))
+                if len(content_tokens(cleaned)) >= 2:
+                    rules.append(cleaned)
+    lang = language(w.user_text)
+    for cue in w.cues:
+        if cue.startswith("repeated:"):
+            fmt = cue.split(":", 1)[1]
+            en, zh = FORMAT_RULES.get(fmt, ("", ""))
+            rule = zh if lang == "zh" else en
+            if rule and not any(normalize(rule) in normalize(r) for r in rules):
+                rules.append(rule)
+    if not rules:
+        return []
+    first = w.turns[0].text
+    triggers = []
+    if not is_rule_sentence(first) and len(w.turns) > 1:
+        triggers.append(clip(scrub(first), 80))
+    name = _name(rules[0])
+    level = "atomic" if named_tools(" ".join(rules)) else "functional"
+    c = Candidate(name=name, description=clip("; ".join(rules), 200), goal=clip(rules[0], 200),
+                  constraints=rules[:6], triggers=triggers + [name], tags=[], level=level,
+                  confidence=0.6, level_guessed=True)
+    return [c]

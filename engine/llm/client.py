@@ -1,0 +1,92 @@
+"""How the learning loop talks to a model: through the ModelWorker, at a fixed priority.
+
+:class:`LLMClient` fills a prompt file, sends it as one structured job (background evolution
+uses ``BACKGROUND``; the rewrite of a chat turn uses ``FOREGROUND``), waits, and counts calls
+and seconds per step for the benchmark. It also accepts a bare backend (tests, the oracle).
+A stopped job (``close()``/``cancel()``) raises :class:`~engine.errors.Cancelled`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import prompts
+from engine.llm.base import CancelToken, GenParams
+from engine.llm.tiers import tier_of
+from engine.llm.worker import BACKGROUND, ModelWorker
+
+
+@dataclass
+class CallStats:
+    calls: int = 0
+    seconds: float = 0.0
+    failures: int = 0
+    by_step: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, step: str, seconds: float, ok: bool) -> None:
+        self.calls += 1
+        self.seconds += seconds
+        self.failures += 0 if ok else 1
+        self.by_step.setdefault(step, []).append(seconds)
+
+    def snapshot(self) -> tuple[int, float]:
+        return self.calls, self.seconds
+
+
+class LLMClient:
+    """Structured prompt calls on a worker (or a bare backend) at one priority."""
+
+    def __init__(self, target: Any, *, priority: int = BACKGROUND, tier: str | None = None,
+                 prompt_dir: str | None = None):
+        self.target = target
+        self.priority = priority
+        self.tier = tier or tier_of(target)
+        self.prompt_dir = prompt_dir
+        self.stats = CallStats()
+        self._lock = threading.Lock()
+        self._jobs: set[Any] = set()
+        self._closed = False
+
+    def prompt(self, name: str, lang: str | None = None) -> prompts.Prompt:
+        return prompts.load(name, self.tier, self.prompt_dir, lang=lang)
+
+    def structured(self, name: str, *, lang: str | None = None, **values: Any) -> dict[str, Any]:
+        """Fill prompt ``name`` (its ``lang`` variant if any), run it, return its validated
+        JSON (raises ``StructuredOutputError`` on garbage)."""
+        p = self.prompt(name, lang)
+        messages = p.render(**values)
+        params = GenParams(max_tokens=p.max_tokens, temperature=p.temperature,
+                           seed=0 if not p.temperature else None)
+        t0 = time.perf_counter()
+        ok = False
+        try:
+            if isinstance(self.target, ModelWorker):
+                job = self.target.submit_structured(messages, p.schema or {}, params,
+                                                    priority=self.priority)
+                with self._lock:
+                    if self._closed:
+                        job.cancel()
+                    self._jobs.add(job)
+                try:
+                    out = job.result()
+                finally:
+                    with self._lock:
+                        self._jobs.discard(job)
+            else:
+                out = self.target.structured(messages, p.schema or {}, params, CancelToken())
+            ok = True
+            return out
+        finally:
+            with self._lock:
+                self.stats.add(name, time.perf_counter() - t0, ok)
+
+    def cancel_all(self) -> None:
+        """Stop the calls in flight (closing the queue); later calls are stopped at once."""
+        with self._lock:
+            self._closed = True
+            jobs = list(self._jobs)
+        for job in jobs:
+            job.cancel()

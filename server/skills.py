@@ -1,0 +1,147 @@
+"""Skill endpoints: list, get, search, history and revert the caller's skills.
+
+A skill is named by its id, its name (the folder slug) or its title — never by a path: a
+reference with a separator, a leading dot or a NUL is refused with 400 before the bank is
+touched. Paths in answers are relative to the bank. Only the caller's own skills can be
+reverted; Common skills are read-only (403).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, Query
+
+from engine.bank.skill import Skill
+from engine.errors import NotFoundError, SkillDeskError
+from engine.fsutil import check_component
+from server.desks import Desks
+from server.errors import APIError
+from server.schemas import (
+    RevertRequest,
+    SkillDetail,
+    SkillHistoryResponse,
+    SkillListResponse,
+    SkillSearchResponse,
+)
+
+
+def _rel(path: Any, root: Path) -> str:
+    if not path:
+        return ""
+    try:
+        return str(Path(path).resolve().relative_to(root))
+    except ValueError:
+        return Path(path).name
+
+
+def summary(s: Skill, root: Path) -> dict[str, Any]:
+    return {"id": s.id, "name": s.name, "title": s.title, "description": s.description,
+            "version": s.version, "level": s.level, "scope": s.scope, "owner": s.owner,
+            "tags": [str(t) for t in s.tags], "path": _rel(s.path, root)}
+
+
+def detail(s: Skill, root: Path) -> dict[str, Any]:
+    return {**summary(s, root), "triggers": [str(t) for t in s.triggers],
+            "instructions": s.instructions, "resources": list(s.resources),
+            "source": s.source, "created": s.created, "updated": s.updated}
+
+
+def _check_ref(ref: str) -> str:
+    try:
+        check_component(ref, "skill reference")
+    except Exception as exc:  # UnsafePathError: a path, a dot name, control characters
+        raise APIError(400, str(exc), "invalid_name", "ref") from None
+    return ref
+
+
+def _match(skills: list[Skill], user: str, ref: str) -> Skill | None:
+    hits = [s for s in skills if ref in (s.id, s.name, s.title)
+            and (s.scope == "common" or s.owner == user)]
+    hits.sort(key=lambda s: (s.scope != "user", s.id != ref))  # own skills, then exact ids
+    return hits[0] if hits else None
+
+
+def find_skill(desk: Any, user: str, ref: str) -> Skill:
+    """A skill of ``user`` (or Common) by id, name or title; the user's own win ties.
+
+    The desk's index is the fast path (a 10k bank is not re-read per request); the file is
+    then read fresh, so the answer is what is on disk now. Skills the index does not hold yet
+    are found by reading the bank.
+    """
+    _check_ref(ref)
+    indexed = getattr(getattr(desk, "index", None), "skills", None) or {}
+    hit = _match(list(indexed.values()), user, ref)
+    if hit is not None and hit.path is not None and Path(hit.path).is_file():
+        try:
+            return desk.bank.read(hit.path)
+        except SkillDeskError:
+            pass
+    hit = _match(desk.bank.load(user, "all").skills, user, ref)
+    if hit is None:
+        raise NotFoundError(f"no skill {ref!r} for this user")
+    return hit
+
+
+def skills_router(desks: Desks, current_user: Callable[..., str]) -> APIRouter:
+    router = APIRouter(prefix="/v1/skills", tags=["skills"])
+
+    @router.get("", response_model=SkillListResponse, summary="List skills")
+    def list_skills(scope: Literal["user", "common", "all"] = "all",
+                    user: str = Depends(current_user)) -> dict:
+        """The caller's skills and/or the shared Common ones, plus files that could not be read."""
+        desk = desks.get(user)
+        res = desk.bank.load(user, scope)
+        root = desk.bank.root
+        return {"object": "list", "data": [summary(s, root) for s in res.skills],
+                "errors": [{"path": _rel(e.path, root), "reason": e.reason} for e in res.errors]}
+
+    @router.get("/search", response_model=SkillSearchResponse, summary="Search skills")
+    def search_skills(q: str = Query(..., min_length=1, max_length=2000,
+                                     description="what the skill should help with"),
+                      top_k: int = Query(5, ge=1, le=50),
+                      user: str = Depends(current_user)) -> dict:
+        """Hybrid retrieval (dense + BM25, fused), as a chat turn would run it."""
+        desk = desks.get(user)
+        root = desk.bank.root
+        hits = desk.search(q, top_k=top_k)
+        return {"object": "list", "query": q,
+                "data": [{"skill": summary(h.skill, root), "score": float(h.score),
+                          "dense": float(h.dense), "lexical": float(h.lexical)} for h in hits]}
+
+    @router.get("/{ref}", response_model=SkillDetail, summary="Get a skill")
+    def get_skill(ref: str, user: str = Depends(current_user)) -> dict:
+        """One skill by id, name or title, with its instructions."""
+        desk = desks.get(user)
+        return detail(find_skill(desk, user, ref), desk.bank.root)
+
+    @router.get("/{ref}/history", response_model=SkillHistoryResponse,
+                summary="A skill's versions")
+    def skill_history(ref: str, user: str = Depends(current_user)) -> dict:
+        """Every stored version, oldest first; ``current`` marks the one on disk now."""
+        desk = desks.get(user)
+        s = find_skill(desk, user, ref)
+        versions = desk.bank.history.versions(s.id)
+        return {"object": "list", "skill_id": s.id,
+                "data": [{"version": v.version, "source": v.source, "updated": v.updated,
+                          "content_hash": v.content_hash,
+                          "current": v.content_hash == s.content_hash} for v in versions]}
+
+    @router.post("/{ref}/revert", response_model=SkillDetail, summary="Revert a skill",
+                 responses={403: {"description": "a Common skill (read-only)"},
+                            409: {"description": "the file changed on disk meanwhile"}})
+    def revert_skill(ref: str, body: RevertRequest, user: str = Depends(current_user)) -> dict:
+        """Write a new version whose content equals ``version`` (history is never rewound)."""
+        desk = desks.get(user)
+        s = find_skill(desk, user, ref)
+        if s.scope != "user":
+            raise APIError(403, f"{s.title!r} is a shared (Common) skill and cannot be reverted",
+                           "read_only")
+        if not any(v.version == body.version for v in desk.bank.history.versions(s.id)):
+            raise APIError(404, f"skill {s.title!r} has no version {body.version!r}",
+                           "not_found", "version")
+        return detail(desk.revert(s, body.version), desk.bank.root)
+
+    return router
