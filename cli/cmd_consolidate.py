@@ -68,7 +68,9 @@ def _client(args, settings):
     if args.merge == "union":
         return None
     if args.merge == "auto" and settings.model.backend == "local":
-        if resolve_model(ref).tier == "tiny":
+        from engine.llm import tiers
+
+        if tiers.policy(resolve_model(ref)).consolidate_merge == "union":
             return None
     from engine.llm.client import LLMClient
     from engine.llm.factory import make_worker

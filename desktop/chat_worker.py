@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
@@ -18,40 +17,9 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from .workers import error_text
 
 
-def _plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return {k: _plain(v) for k, v in asdict(value).items()}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    return str(value)
-
-
 def turn_info(result: Any, elapsed_s: float) -> dict[str, Any]:
     """The parts of a TurnResult the UI shows and the chat history keeps."""
-    injected = []
-    for s in getattr(result, "injected", None) or []:
-        injected.append({k: _plain(getattr(s, k, None)) for k in
-                         ("id", "name", "title", "version", "path", "score")})
-    usage = getattr(result, "usage", None)
-    info = {
-        "text": getattr(result, "text", ""),
-        "injected": injected,
-        "model": getattr(result, "model", "") or "",
-        "finish_reason": getattr(result, "finish_reason", "stop"),
-        "ttft_s": getattr(result, "ttft_s", None),
-        "decode_tps": getattr(result, "decode_tps", None),
-        "query": getattr(result, "query", None),
-        "rewritten": bool(getattr(result, "rewritten", False)),
-        "elapsed_s": round(elapsed_s, 3),
-    }
-    if usage is not None:
-        info["usage"] = {"prompt_tokens": getattr(usage, "prompt_tokens", 0),
-                         "completion_tokens": getattr(usage, "completion_tokens", 0)}
-    return info
+    return {**result.info(), "elapsed_s": round(elapsed_s, 3)}
 
 
 class ChatWorker(QObject):

@@ -61,14 +61,6 @@ def ui_font(point_size: float = 10.0) -> QFont:
     return font
 
 
-def mono_font(point_size: float = 9.5) -> QFont:
-    font = QFont()
-    font.setFamilies(_available(MONO_FAMILIES))
-    font.setStyleHint(QFont.StyleHint.Monospace)
-    font.setPointSizeF(point_size)
-    return font
-
-
 def mono_css_families() -> str:
     return ", ".join(f"'{f}'" for f in _available(MONO_FAMILIES))
 

@@ -73,7 +73,3 @@ def run_async(fn: Callable[[], Any], on_done: Callable[[Any], Any] | None = None
     (thread_pool or pool()).start(task)
     return task
 
-
-def wait_all(timeout_ms: int = 30000) -> bool:
-    """Wait for the global pool to drain (on exit and in tests)."""
-    return pool().waitForDone(timeout_ms)

@@ -274,7 +274,7 @@ class SkillDesk:
 
     def find(self, ref: str) -> Skill:
         """A skill by id, name, title or path; this user's own skills win ties."""
-        return self.bank.find(ref, self.user)
+        return self.bank.find(ref, self.user, among=list(self.index.skills.values()))
 
     def undo(self, event_id: str) -> LearningEvent:
         """Undo one learning event (an add goes to the trash, a merge is reverted); no model."""

@@ -120,6 +120,3 @@ def load(name: str, variant: str | None = None, directory: str | Path | None = N
     return _load_cached(name, variant or "", "" if lang in (None, "en") else lang,
                         str(directory or PROMPTS_DIR))
 
-
-def clear_cache() -> None:
-    _load_cached.cache_clear()

@@ -30,10 +30,6 @@ want need like now ok okay thanks thank yes sure always every each
 ZH_STOP = frozenset("的了是在我你他她它们这那和与就都也还要请把给吗呢吧啊一个")
 
 
-def is_cjk_char(ch: str) -> bool:
-    return bool(_CJK_RUN.fullmatch(ch))
-
-
 def cjk_ratio(text: str) -> float:
     """Share of CJK characters among the letters of ``text`` (0 for empty text)."""
     letters = [c for c in text if c.isalpha()]

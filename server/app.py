@@ -192,14 +192,11 @@ def _finish(reason: str | None) -> str:
 
 
 def turn_info(result: Any, learn: bool) -> dict[str, Any]:
-    return {"query": str(getattr(result, "query", "") or ""),
-            "rewritten": bool(getattr(result, "rewritten", False)),
-            "injected": [{"id": s.id, "name": s.name, "title": s.title, "version": s.version,
-                          "score": round(float(s.score), 4)}
-                         for s in getattr(result, "injected", None) or []],
-            "learn": learn,
-            "timings": {k: round(float(v), 6) for k, v in
-                        (getattr(result, "timings", None) or {}).items()}}
+    info = result.info()
+    return {"query": info["query"], "rewritten": info["rewritten"], "learn": learn,
+            "injected": [{k: s[k] for k in ("id", "name", "title", "version", "score")}
+                         for s in info["injected"]],
+            "timings": info["timings"]}
 
 
 def usage_body(result: Any) -> dict[str, int]:

@@ -15,7 +15,6 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query
 
 from engine.bank.skill import Skill
-from engine.errors import NotFoundError, SkillDeskError
 from engine.fsutil import check_component
 from server.desks import Desks
 from server.errors import APIError
@@ -57,32 +56,10 @@ def _check_ref(ref: str) -> str:
     return ref
 
 
-def _match(skills: list[Skill], user: str, ref: str) -> Skill | None:
-    hits = [s for s in skills if ref in (s.id, s.name, s.title)
-            and (s.scope == "common" or s.owner == user)]
-    hits.sort(key=lambda s: (s.scope != "user", s.id != ref))  # own skills, then exact ids
-    return hits[0] if hits else None
-
-
 def find_skill(desk: Any, user: str, ref: str) -> Skill:
-    """A skill of ``user`` (or Common) by id, name or title; the user's own win ties.
-
-    The desk's index is the fast path (a 10k bank is not re-read per request); the file is
-    then read fresh, so the answer is what is on disk now. Skills the index does not hold yet
-    are found by reading the bank.
-    """
+    """A skill of ``user`` (or Common) by id, name or title (never a path: refs come from URLs)."""
     _check_ref(ref)
-    indexed = getattr(getattr(desk, "index", None), "skills", None) or {}
-    hit = _match(list(indexed.values()), user, ref)
-    if hit is not None and hit.path is not None and Path(hit.path).is_file():
-        try:
-            return desk.bank.read(hit.path)
-        except SkillDeskError:
-            pass
-    hit = _match(desk.bank.load(user, "all").skills, user, ref)
-    if hit is None:
-        raise NotFoundError(f"no skill {ref!r} for this user")
-    return hit
+    return desk.find(ref)
 
 
 def skills_router(desks: Desks, current_user: Callable[..., str]) -> APIRouter:

@@ -64,9 +64,10 @@ def choose_merge(mode: str, desk: Any, settings: Any) -> tuple[Any, str]:
         raise SkillDeskError("the model merge needs the skill engine; wait until it has "
                              "started, or choose the union merge")
     if mode == "auto" and settings.model.backend == "local":
+        from engine.llm import tiers
         from engine.llm.registry import resolve
 
-        if resolve(settings.model_ref(), check=False).tier == "tiny":
+        if tiers.policy(resolve(settings.model_ref(), check=False)).consolidate_merge == "union":
             return union_merge, "union"
     from engine.llm.client import LLMClient
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,6 +58,13 @@ class LoadError:
 class LoadResult:
     skills: list[Skill] = field(default_factory=list)
     errors: list[LoadError] = field(default_factory=list)
+
+
+def _best_match(skills: Iterable[Skill], ref: str, user: str) -> Skill | None:
+    hits = [s for s in skills if ref in (s.id, s.name, s.title, s.key)
+            and (s.scope == "common" or s.owner == user)]
+    hits.sort(key=lambda s: (s.scope != "user", s.id != ref))  # own skills, then exact ids
+    return hits[0] if hits else None
 
 
 def _semver(v: str) -> str:
@@ -153,14 +160,23 @@ class SkillBank:
         skill.resources = self._resources(path.parent)
         return skill
 
-    def find(self, ref: str, user: str = "default") -> Skill:
-        """A skill by id, name (slug), title, or SKILL.md path."""
+    def find(self, ref: str, user: str = "default", *,
+             among: Iterable[Skill] | None = None) -> Skill:
+        """A skill of ``user`` (or Common) by id, name (slug), title, or SKILL.md path.
+
+        The user's own skills win ties, then exact ids. ``among`` (an index's skills) is the
+        fast path: a hit there is read fresh from disk; otherwise the bank is read."""
         if os.sep in ref or ref.endswith(".md"):
             return self.read(ref)
-        for s in self.load(user).skills:
-            if ref in (s.id, s.name, s.title, s.key):
-                return s
-        raise NotFoundError(f"no skill {ref!r} in {self.root} for user {user!r}")
+        if among is not None:
+            hit = _best_match(among, ref, user)
+            if hit is not None and hit.path is not None and Path(hit.path).is_file():
+                with contextlib.suppress(SkillFormatError, UnsafePathError, OSError):
+                    return self.read(hit.path)
+        hit = _best_match(self.load(user).skills, ref, user)
+        if hit is None:
+            raise NotFoundError(f"no skill {ref!r} in {self.root} for user {user!r}")
+        return hit
 
     @staticmethod
     def _resources(d: Path) -> list[str]:

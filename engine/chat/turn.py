@@ -50,6 +50,21 @@ class TurnResult:
     timings: dict[str, float] = field(default_factory=dict)  # rewrite_s, retrieve_s, total_s
     evolution_job: str | None = None
 
+    def info(self) -> dict[str, Any]:
+        """What a front end shows and keeps of this turn, in plain JSON types (the app's
+        chat history and "Skills used" line, the proxy's ``skilldesk`` extension)."""
+        return {
+            "text": self.text, "query": self.query, "rewritten": self.rewritten,
+            "injected": [{"id": s.id, "name": s.name, "title": s.title, "version": s.version,
+                          "path": s.path, "score": round(float(s.score), 4)}
+                         for s in self.injected],
+            "model": self.model, "finish_reason": self.finish_reason, "ttft_s": self.ttft_s,
+            "decode_tps": self.decode_tps, "turn_id": self.turn_id,
+            "usage": {"prompt_tokens": self.usage.prompt_tokens,
+                      "completion_tokens": self.usage.completion_tokens},
+            "timings": {k: round(float(v), 6) for k, v in self.timings.items()},
+        }
+
 
 # ------------------------------------------------------------------------------ the rewrite
 def needs_rewrite(messages: list[dict]) -> bool:

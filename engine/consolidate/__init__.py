@@ -145,10 +145,8 @@ def skill_vectors(skills: list[Skill], desk: Any = None, embedder: Any = None
 
 
 def _index_key(s: Skill) -> str:
-    try:
-        from engine.retrieval.index import skill_key
-    except ImportError:  # pragma: no cover - an older index keyed by Skill.key
-        return s.key
+    from engine.retrieval.index import skill_key
+
     return skill_key(s)
 
 

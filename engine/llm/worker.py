@@ -27,18 +27,12 @@ import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from enum import IntEnum
 from typing import Any
 
 from engine.errors import Cancelled, ModelError
 from engine.llm.base import CancelToken, ChatResult, GenParams, LLMBackend, Message
 
 FOREGROUND, BACKGROUND = 0, 10
-
-
-class Priority(IntEnum):
-    FOREGROUND = FOREGROUND
-    BACKGROUND = BACKGROUND
 
 
 class Job:
