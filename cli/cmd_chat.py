@@ -42,7 +42,7 @@ def _open(args):
     if args.model:
         settings.model.model = args.model
     desk = SkillDesk.open(args.bank, user=args.user or settings.user, config=settings,
-                          create=True)
+                          create=True, starter=True)
     return desk, settings
 
 

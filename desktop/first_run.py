@@ -1,11 +1,10 @@
-"""First run: a starter bank copied from ``SkillBank/Common``, a two-sentence welcome, and the
+"""First run: the starter skills (engine.bank.starter), a two-sentence welcome, and the
 offer to install the recommended model when it is missing (download runs in the pool, with a
 progress bar and Cancel; nothing half-written is ever used, see ``engine.llm.install``).
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -13,7 +12,6 @@ from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QProgressBar, QPushB
 
 from engine.errors import Cancelled, SkillDeskError
 from engine.llm import registry
-from engine.settings import DEFAULT_BANK
 
 from . import theme
 from .views.learning import MODEL_NOTE
@@ -23,30 +21,6 @@ WELCOME = ("SkillDesk learns skills from the way you work: when you state a pref
            "or a procedure more than once, it writes it down as a small SKILL.md file that you "
            "can read and edit in any editor. Later, when a skill applies, SkillDesk brings it "
            "into the answer and shows which skills it used under the reply.")
-
-
-def bank_has_skills(bank_dir: Path) -> bool:
-    for sub in ("Users", "Common"):
-        base = bank_dir / sub
-        if base.is_dir() and any(base.rglob("SKILL.md")):
-            return True
-    return False
-
-
-def ensure_starter_bank(bank_dir: Path, user: str, source: Path = DEFAULT_BANK) -> bool:
-    """Give an empty or missing bank the shipped Common skills; True when it did."""
-    bank_dir = Path(bank_dir).expanduser()
-    if bank_has_skills(bank_dir):
-        return False
-    bank_dir.mkdir(parents=True, exist_ok=True)
-    (bank_dir / "Users" / user).mkdir(parents=True, exist_ok=True)
-    src = Path(source) / "Common"
-    dst = bank_dir / "Common"
-    if src.is_dir() and src.resolve() != dst.resolve():
-        for lib in sorted(src.iterdir()):
-            if lib.is_dir() and not lib.name.startswith(".") and not (dst / lib.name).exists():
-                shutil.copytree(lib, dst / lib.name)
-    return True
 
 
 def recommended_missing() -> bool:

@@ -31,12 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from engine.settings import DEFAULT_BANK, Settings
+    from engine.bank.starter import seed_starter
+    from engine.settings import Settings
 
     from .app import create_window, ensure_app
 
     bank = work / "bank"
-    shutil.copytree(DEFAULT_BANK / "Common", bank / "Common")
+    seed_starter(bank, "default")
     settings = Settings(bank=str(bank), theme=args.theme)
     settings.model.model = args.model
     settings.model.n_threads = 2

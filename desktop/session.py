@@ -17,6 +17,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QApplication, QWidget
 
+from engine.bank.starter import seed_starter
 from engine.bank.store import SkillBank
 from engine.chat.conversations import ConversationStore
 from engine.errors import SkillDeskError
@@ -24,7 +25,7 @@ from engine.settings import Settings
 
 from . import theme
 from .chat_worker import ChatThread
-from .first_run import WelcomeDialog, ensure_starter_bank, recommended_missing
+from .first_run import WelcomeDialog, recommended_missing
 from .views.learning import LearningBridge
 from .watch import WatchBridge
 from .workers import run_async
@@ -81,7 +82,7 @@ class Session(QObject):
 
         ``engine=False`` leaves the engine closed (the skill views work on the bank alone).
         """
-        self.starter_created = ensure_starter_bank(self.bank_dir(), self.settings.user)
+        self.starter_created = seed_starter(self.bank_dir(), self.settings.user)
         self.bank = SkillBank(self.bank_dir())
         self.load_skills()
         self._start_watcher()
@@ -238,7 +239,7 @@ class Session(QObject):
         if reopen:
             if after.bank_dir() != before.bank_dir() or after.user != before.user:
                 self._bank_override = None
-                ensure_starter_bank(self.bank_dir(), after.user)
+                seed_starter(self.bank_dir(), after.user)
                 self.bank = SkillBank(self.bank_dir())
                 self._start_watcher()
                 self.load_skills()

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from engine.bank.skill import Skill
+from engine.bank.starter import seed_starter
 from engine.bank.store import LoadError, SkillBank
 from engine.chat.plan import plan_search
 from engine.chat.render import DEFAULT_SKILL_CHARS, render_skills
@@ -69,15 +70,20 @@ class SkillDesk:
     @classmethod
     def open(cls, bank_dir: str | os.PathLike | None = None, user: str | None = "default",
              config: Settings | None = None, *, create: bool = False,
-             embedder: Embedder | str | None = None, watch: bool = False) -> SkillDesk:
+             embedder: Embedder | str | None = None, watch: bool = False,
+             starter: bool = False) -> SkillDesk:
         """Open ``bank_dir`` (default: the settings' bank) for ``user`` and build its index.
 
         ``create``: make the bank folder if it does not exist (else NotFoundError).
         ``embedder``: an Embedder, a name ("minilm", "use") or a model folder; default: the
         settings' choice, else the measured default. ``watch``: start the file watcher.
+        ``starter``: give a new or empty bank the shipped starter skills (what the app, the
+        terminal chat and the proxy do, so a first conversation is the same in each).
         """
         config = config or Settings.load()
         user = check_component(user or config.user or "default", "user")
+        if starter and (create or config.bank_dir(bank_dir).is_dir()):
+            seed_starter(config.bank_dir(bank_dir), user)
         bank = SkillBank(config.bank_dir(bank_dir), create=create)
         if not isinstance(embedder, Embedder):
             embedder = make_embedder(embedder or config.embedder)

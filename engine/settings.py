@@ -8,6 +8,7 @@ default (the recommended model when installed, else the bundled one).
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -17,10 +18,16 @@ import platformdirs
 
 from engine.fsutil import atomic_write
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout (editable install)
-RESOURCES = ROOT / "resources"
-MODELS_DIR = ROOT / "models"
-DEFAULT_BANK = ROOT / "SkillBank"
+ROOT = Path(__file__).resolve().parent.parent  # the checkout, or site-packages for a wheel
+# Shipped data (prompts, themes, icons, the model registry, starter skills). Wheels install
+# unpacked, so the package folder is a real directory.
+RESOURCES = Path(str(importlib.resources.files("resources")))
+# Run from a checkout (``make run``), models and the default bank live in it; installed from a
+# wheel, in the platform's user data folder.
+IN_CHECKOUT = (ROOT / "pyproject.toml").is_file() and (ROOT / "engine").is_dir()
+_DATA = ROOT if IN_CHECKOUT else Path(platformdirs.user_data_dir("skilldesk", "SkillDesk"))
+MODELS_DIR = _DATA / "models"
+DEFAULT_BANK = _DATA / "SkillBank"
 
 
 def home_dir() -> Path:

@@ -196,15 +196,15 @@ def test_open_in_editor_runs_the_configured_command(tmp_path, qtbot):
 
 
 def test_starter_bank_on_first_run(tmp_path):
-    from desktop.first_run import bank_has_skills, ensure_starter_bank
+    from engine.bank.starter import bank_has_skills, seed_starter
 
     src = tmp_path / "shipped"
-    d = src / "Common" / "starter" / "hello"
+    d = src / "hello"
     d.mkdir(parents=True)
     (d / "SKILL.md").write_text("---\nname: hello\ndescription: Say hello.\n---\nHi\n", "utf-8")
     bank = tmp_path / "newbank"
-    assert ensure_starter_bank(bank, "alice", source=src)
+    assert seed_starter(bank, "alice", source=src)
     assert (bank / "Common" / "starter" / "hello" / "SKILL.md").is_file()
     assert (bank / "Users" / "alice").is_dir()
     assert bank_has_skills(bank)
-    assert not ensure_starter_bank(bank, "alice", source=src)  # never twice, never overwrites
+    assert not seed_starter(bank, "alice", source=src)  # never twice, never overwrites

@@ -254,10 +254,12 @@ def test_disk_full_leaves_the_old_file_intact(bank_dir, monkeypatch):
     assert [p.name for p in s.path.parent.iterdir()] == ["SKILL.md"]
 
 
-def test_shipped_starter_skills_are_valid():
-    from engine.settings import DEFAULT_BANK
+def test_shipped_starter_skills_are_valid(tmp_path):
+    from engine.bank.starter import seed_starter
 
-    res = SkillBank(DEFAULT_BANK, create=False).load(None, "common")
+    res = SkillBank(tmp_path, create=True)
+    seed_starter(tmp_path, "default")
+    res = res.load(None, "common")
     assert len(res.skills) >= 4 and res.errors == []
     for s in res.skills:
         assert spec_validate(s.path.parent) == [], s.path

@@ -35,7 +35,7 @@ def A(t):
 class RecordingOracle(OracleLLM):
     """The oracle, remembering the messages of every chat call."""
 
-    def __init__(self, *a, tier="oracle", **kw):
+    def __init__(self, *a, tier="capable", **kw):
         super().__init__(*a, **kw)
         self.tier = tier
         self.sent: list[list[dict]] = []
@@ -327,3 +327,49 @@ def test_many_turns_while_learning_never_wait_for_it(make_desk):
         latencies.append(time.perf_counter() - t0)
     assert max(latencies) < 1.0, latencies
     assert desk.learning.wait_idle(60)
+
+
+class SlowPlanner(RecordingOracle):
+    """Answers every structured call (the plan) only after ``delay_s``, cancellably."""
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        self.planned = True
+        return super().structured(messages, schema, params, cancel)
+
+
+def test_stop_interrupts_the_plan_step(make_desk):
+    llm = SlowPlanner(delay_s=20.0, reply="never")
+    desk = make_desk(llm)
+    request = ("First collect the sales figures from the three regional spreadsheets, then "
+               "merge them into one table, after that compute the quarterly growth per region, "
+               "and finally write a short summary email for the managers.")
+    from engine.chat.plan import is_complex
+
+    assert is_complex(request)  # so the turn plans before it retrieves
+    stream = desk.chat([U(request)], stream=True, learn=False, plan=True)
+    import threading
+
+    threading.Timer(0.5, stream.cancel).start()
+    t0 = time.perf_counter()
+    text = "".join(stream)
+    assert time.perf_counter() - t0 < 5.0  # not the 20 s the plan call would take
+    assert getattr(llm, "planned", False)
+    assert text == "" and stream.result.finish_reason == "cancelled"
+    assert not llm.sent  # the answer never started
+
+
+def test_undo_needs_no_model(make_desk, tmp_path):
+    sc = SCENARIOS["en-british"]
+    desk = make_desk(OracleLLM(sc))
+    desk.ingest(sc["messages"])
+    ev = next(e for e in desk.learning.events if e.kind == "add")
+    settings = Settings()
+    settings.model.model = str(tmp_path / "no-such-model.gguf")  # building a worker would fail
+    again = SkillDesk.open(desk.bank.root, config=settings, embedder=desk.index.embedder)
+    try:
+        out = again.undo(ev.id)
+        assert out.kind == "undo" and not Path(ev.path).exists()
+        assert again._worker is None  # the model was never loaded
+        assert all(h.skill.path != ev.path for h in again.search("British spelling", 5))
+    finally:
+        again.close()

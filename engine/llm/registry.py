@@ -25,7 +25,7 @@ from typing import Any
 from engine.errors import ModelError, NotFoundError
 from engine.llm.gguf import GGUFInfo, read_gguf
 from engine.llm.tiers import TIERS
-from engine.settings import MODELS_DIR
+from engine.settings import MODELS_DIR, RESOURCES
 
 DEFAULT_SAMPLING: dict[str, float | int] = {"temperature": 0.7, "top_p": 0.9, "top_k": 40,
                                             "repeat_penalty": 1.1}
@@ -69,7 +69,7 @@ def models_dir() -> Path:
 
 
 def registry_path() -> Path:
-    return MODELS_DIR / "registry.json"
+    return RESOURCES / "registry.json"
 
 
 def load_registry(path: str | os.PathLike | None = None) -> dict[str, Any]:
