@@ -32,10 +32,12 @@ def ensure_app(argv: list[str] | None = None) -> QApplication:
 
 
 def create_window(args: Any = None, settings: Settings | None = None,
-                  qsettings: QSettings | None = None, engine: bool = True) -> MainWindow:
+                  qsettings: QSettings | None = None, engine: bool = True,
+                  opener: Any = None) -> MainWindow:
     """The session and window, started (tree loading, engine opening), not yet shown.
 
-    ``engine=False`` does not open the skill engine (tests of the skill views).
+    ``engine=False`` does not open the skill engine (tests of the skill views); ``opener``
+    replaces how the engine is opened (tests: a desk on the scripted model).
     """
     app = ensure_app()
     first_run = not Settings.path().exists()
@@ -44,7 +46,8 @@ def create_window(args: Any = None, settings: Settings | None = None,
     if user:
         settings.user = user
     theme.apply_theme(app, settings.theme)
-    session = Session(settings, bank_dir=getattr(args, "bank", None))
+    session = Session(settings, bank_dir=getattr(args, "bank", None),
+                      **({"opener": opener} if opener is not None else {}))
     window = MainWindow(session, qsettings)
     session.start(engine=engine)
     window.first_run = first_run or session.starter_created

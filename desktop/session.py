@@ -11,6 +11,7 @@ only renders.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,9 @@ def open_engine(bank_dir: Path, user: str, settings: Settings) -> Any:
     return SkillDesk.open(bank_dir, user=user, config=settings)
 
 
+Opener = Callable[[Path, str, Settings], Any]
+
+
 class Session(QObject):
     skills_loaded = Signal(list)
     load_errors = Signal(list)  # LoadError(path, reason) of the files that cannot be read
@@ -51,8 +55,11 @@ class Session(QObject):
     _index_changed = Signal()
 
     def __init__(self, settings: Settings | None = None, bank_dir: str | Path | None = None,
-                 parent: QObject | None = None):
+                 parent: QObject | None = None, opener: Opener = open_engine):
+        """``opener(bank_dir, user, settings)`` opens the engine on the chat thread (tests give
+        the desk a scripted model this way; the app always uses :func:`open_engine`)."""
         super().__init__(parent)
+        self._opener = opener
         self.settings = settings or Settings.load()
         self._bank_override = bank_dir
         self.bank = SkillBank(self.bank_dir())
@@ -101,7 +108,8 @@ class Session(QObject):
     def open_engine(self) -> None:
         self._detach_desk()
         bank_dir, user, settings = self.bank_dir(), self.settings.user, self.settings
-        self.chat.open_engine(lambda: open_engine(bank_dir, user, settings))
+        opener = self._opener
+        self.chat.open_engine(lambda: opener(bank_dir, user, settings))
 
     def shutdown(self) -> None:
         if self.watcher is not None:

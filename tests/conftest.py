@@ -89,6 +89,20 @@ def bundled_model_path() -> Path:
 APP_OPEN_MS = 180_000
 
 
+def scripted_opener(llm):
+    """A Session opener: the real engine on ``bank_dir``, its model the scripted ``llm``."""
+
+    def opener(bank_dir, user, settings):
+        from engine.desk import SkillDesk
+        from engine.llm.worker import ModelWorker
+
+        desk = SkillDesk.open(bank_dir, user=user, config=settings)
+        desk.worker = ModelWorker(llm)
+        return desk
+
+    return opener
+
+
 @pytest.fixture
 def open_app(qtbot, tmp_path):
     """Open the real main window (offscreen), the way the app starts it.
@@ -97,10 +111,12 @@ def open_app(qtbot, tmp_path):
     (model options as keywords; 2 threads), saved so it is not a first run, window state in
     ``tmp_path/qt.ini`` (calling it again is a restart), then wait for ``wait`` (a Session
     signal; None: do not wait). ``engine=False``: the skill views only, no engine or model.
+    ``scripted=OracleLLM(...)``: the same Session, its desk on that scripted model (milliseconds
+    instead of a real model, for tests that are not about the model).
     """
 
     def open_(bank_dir, *, model=None, settings=None, engine=True, wait="engine_ready",
-              max_tokens=None, **model_options):
+              max_tokens=None, scripted=None, **model_options):
         from PySide6.QtCore import QSettings
 
         from desktop.app import create_window
@@ -116,7 +132,8 @@ def open_app(qtbot, tmp_path):
         if engine:
             settings.save()
         qs = QSettings(str(tmp_path / "qt.ini"), QSettings.Format.IniFormat)
-        w = create_window(None, settings, qs, engine=engine)
+        w = create_window(None, settings, qs, engine=engine,
+                          opener=scripted_opener(scripted) if scripted is not None else None)
         if max_tokens:
             w.session.chat.max_tokens = max_tokens
         qtbot.addWidget(w)
