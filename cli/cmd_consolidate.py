@@ -17,7 +17,6 @@ import sys
 from engine.consolidate import (
     DEFAULT_MAX_SIZE,
     DEFAULT_THRESHOLD,
-    apply_plan,
     list_records,
     llm_merge,
     make_plan,
@@ -119,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
                 merge = llm_merge(client) if client is not None else union_merge
                 out["merge"] = "llm" if client is not None else "union"
                 try:
-                    record = apply_plan(bank, plan, merge=merge, refresh=desk.refresh)
+                    record = desk.consolidate(plan, merge=merge)
                 finally:
                     if client is not None:
                         client.target.close()

@@ -31,6 +31,8 @@ from engine.bank.store import LoadError, SkillBank
 from engine.chat.plan import plan_search
 from engine.chat.render import DEFAULT_SKILL_CHARS, render_skills
 from engine.chat.turn import Turn, TurnResult, TurnStream
+from engine.consolidate import MergeFn, Plan, Record, apply_plan
+from engine.consolidate import undo as undo_record
 from engine.errors import SkillDeskError, SkillFormatError, UnsafePathError
 from engine.fsutil import check_component
 from engine.learning.events import LearningEvent, LearningReport
@@ -285,6 +287,18 @@ class SkillDesk:
     def undo(self, event_id: str) -> LearningEvent:
         """Undo one learning event (an add goes to the trash, a merge is reverted); no model."""
         return self.learning.undo(event_id)
+
+    def consolidate(self, plan: Plan, *, merge: MergeFn | None = None,
+                    progress: Callable[[int, int], object] | None = None) -> Record:
+        """Apply a consolidation plan (``engine.consolidate.make_plan(desk)``): merge each
+        cluster into its keeper, the others to the trash; one record, undoable."""
+        return apply_plan(self.bank, plan, merge=merge, progress=progress,
+                          refresh=self.refresh)
+
+    def undo_consolidation(self, record_id: str | None = None, *,
+                           force: bool = False) -> Record:
+        """Put back, byte for byte, what a consolidation (default: the latest) changed."""
+        return undo_record(self.bank, record_id, force=force, refresh=self.refresh)
 
     def _reindex(self, skill: Skill) -> None:
         if skill.path is not None:

@@ -277,8 +277,10 @@ class ConsolidateDialog(QDialog):
             desk = session.desk
             merge, label = choose_merge(mode, desk, session.settings)
             save_report(session.bank.root, plan.user, plan.flags)
-            rec = apply_plan(session.bank, plan, merge=merge, progress=emit,
-                             refresh=desk.refresh if desk is not None else None)
+            if desk is not None:
+                rec = desk.consolidate(plan, merge=merge, progress=emit)
+            else:  # the engine is not open: no index to keep in step yet
+                rec = apply_plan(session.bank, plan, merge=merge, progress=emit)
             return rec, label
 
         run_async(work, self._guard(self._applied),
@@ -315,8 +317,9 @@ class ConsolidateDialog(QDialog):
 
         def work() -> Any:
             desk = session.desk
-            return undo_consolidation(session.bank, rid, force=force,
-                        refresh=desk.refresh if desk is not None else None)
+            if desk is not None:
+                return desk.undo_consolidation(rid, force=force)
+            return undo_consolidation(session.bank, rid, force=force)
 
         run_async(work, self._guard(self._undone),
                   self._guard(lambda msg: self._failed("undo", msg)))
