@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from engine.desk import SkillDesk
 from engine.errors import NotFoundError
 from engine.llm.base import GenParams
 from engine.settings import Settings
@@ -21,17 +22,15 @@ from engine.settings import Settings
 class Desks:
     def __init__(self, bank_dir: str | os.PathLike, users: list[str],
                  settings: Settings | None = None,
-                 opener: Callable[[str], Any] | None = None, *, watch: bool = True,
+                 opener: Callable[[str], SkillDesk] | None = None, *, watch: bool = True,
                  preload: bool = True):
         if opener is None:
-            from engine import desk as _desk_module
 
-            def opener(user: str) -> Any:
-                return _desk_module.SkillDesk.open(bank_dir, user=user, config=settings,
-                                                   watch=watch)
+            def opener(user: str) -> SkillDesk:
+                return SkillDesk.open(bank_dir, user=user, config=settings, watch=watch)
 
         self.settings = settings or Settings()
-        self._desks: dict[str, Any] = {}
+        self._desks: dict[str, SkillDesk] = {}
         self._lock = threading.Lock()
         try:
             for user in users:
@@ -94,7 +93,7 @@ class Desks:
         m = self.settings.model
         return str(name or m.api_model or m.model or "skilldesk")
 
-    def chat(self, desk: Any, messages: list[dict[str, str]], *, params: GenParams,
+    def chat(self, desk: SkillDesk, messages: list[dict[str, str]], *, params: GenParams,
              learn: bool, stream: bool) -> Any:
         """One turn: a TurnResult, or a TurnStream when ``stream``."""
         self.model_worker()

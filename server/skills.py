@@ -15,6 +15,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Query
 
 from engine.bank.skill import Skill
+from engine.desk import SkillDesk
 from engine.fsutil import check_component
 from server.desks import Desks
 from server.errors import APIError
@@ -56,7 +57,7 @@ def _check_ref(ref: str) -> str:
     return ref
 
 
-def find_skill(desk: Any, user: str, ref: str) -> Skill:
+def find_skill(desk: SkillDesk, user: str, ref: str) -> Skill:
     """A skill of ``user`` (or Common) by id, name or title (never a path: refs come from URLs)."""
     _check_ref(ref)
     return desk.find(ref)

@@ -164,7 +164,7 @@ def _key(hit: Any) -> str:
     return str(s.path) if s.path is not None else f"{s.key}/{s.id}"
 
 
-def plan_search(desk: Any, query: str, llm: Any, *, top_k: int | None = None,
+def plan_search(desk: Searcher, query: str, llm: Any, *, top_k: int | None = None,
                 cap: int = DEFAULT_CAP, per_step: int = PER_STEP, force: bool | None = None,
                 plan_steps: list[str] | None = None, hedge: bool = True) -> PlanResult:
     """Plan-aware retrieval with its details (see the module docstring).
@@ -227,7 +227,7 @@ def plan_search(desk: Any, query: str, llm: Any, *, top_k: int | None = None,
     return res
 
 
-def plan_retrieve(desk: Any, query: str, llm_call: Any, *, top_k: int | None = None,
+def plan_retrieve(desk: Searcher, query: str, llm_call: Any, *, top_k: int | None = None,
                   cap: int = DEFAULT_CAP, force: bool | None = None) -> list[Any]:
     """The skills to inject for ``query``: plan-aware when it is complex, else plain."""
     return plan_search(desk, query, llm_call, top_k=top_k, cap=cap, force=force).hits

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from engine.consolidate.merge import MergeFn, llm_merge, union_merge
 from engine.consolidate.record import Record, apply_plan, list_records, load_record, undo
 from engine.errors import SkillDeskError
 from engine.retrieval.document import retrieval_text
+from engine.retrieval.index import SkillIndex
 
 __all__ = ["DEFAULT_MAX_SIZE", "DEFAULT_THRESHOLD", "Cluster", "Flag", "MergeFn", "Plan",
            "Record", "apply_plan", "flag_bank", "list_records", "llm_merge", "load_record",
@@ -104,8 +105,16 @@ class Plan:
                 "reused_vectors": self.reused_vectors}
 
 
-def skill_vectors(skills: list[Skill], desk: Any = None, embedder: Any = None
-                  ) -> tuple[np.ndarray, int, str]:
+class IndexedBank(Protocol):
+    """A bank with its index (a :class:`~engine.desk.SkillDesk` is one)."""
+
+    bank: SkillBank
+    user: str
+    index: SkillIndex
+
+
+def skill_vectors(skills: list[Skill], desk: IndexedBank | None = None,
+                  embedder: Any = None) -> tuple[np.ndarray, int, str]:
     """``(unit vectors, how many came from the index, embedder signature)`` for ``skills``.
 
     With a desk, its index's stored vectors are used for every skill whose indexed file is the
@@ -113,18 +122,18 @@ def skill_vectors(skills: list[Skill], desk: Any = None, embedder: Any = None
     same retrieval text the index uses. Without a desk, ``embedder`` (anything with
     ``encode(texts)``) embeds everything.
     """
-    index = getattr(desk, "index", None) if desk is not None else None
-    emb = getattr(index, "embedder", None) or getattr(desk, "embedder", None) or embedder
+    index = desk.index if desk is not None else None
+    emb = index.embedder if index is not None else embedder
     if emb is None:
         from engine.retrieval.embedders import make_embedder
 
         emb = make_embedder(None)
-    text_for = getattr(index, "text_for", None) or retrieval_text
+    text_for = index.text_for if index is not None else retrieval_text
     dim = int(getattr(emb, "dim", 0) or 0)
     vecs: list[np.ndarray | None] = [None] * len(skills)
     reused = 0
-    if index is not None and hasattr(index, "dense"):
-        current = getattr(index, "skills", {})
+    if index is not None:
+        current = index.skills
         keys = [_index_key(s) for s in skills]
         usable = [i for i, (s, k) in enumerate(zip(skills, keys, strict=True))
                   if k in current and current[k].content_hash == s.content_hash]
@@ -156,7 +165,8 @@ def _keeper_rank(s: Skill, mean_sim: float) -> tuple:
             len(s.instructions))
 
 
-def make_plan(desk: Any = None, *, bank: SkillBank | None = None, user: str | None = None,
+def make_plan(desk: IndexedBank | None = None, *, bank: SkillBank | None = None,
+              user: str | None = None,
               scope: str = "user", threshold: float = DEFAULT_THRESHOLD,
               max_size: int = DEFAULT_MAX_SIZE, cross_level: bool = False,
               linkage: str = "complete", embedder: Any = None, flags: bool = True,
@@ -165,8 +175,11 @@ def make_plan(desk: Any = None, *, bank: SkillBank | None = None, user: str | No
     if not 0.0 < threshold <= 1.0:
         raise SkillDeskError(f"--threshold {threshold} is not a cosine similarity in (0, 1]; "
                              "SkillX uses 0.9")
-    bank = bank or desk.bank
-    user = user or getattr(desk, "user", None) or "default"
+    if bank is None:
+        if desk is None:
+            raise SkillDeskError("make_plan needs a desk or a bank")
+        bank = desk.bank
+    user = user or (desk.user if desk is not None else None) or "default"
     if skills is None:
         skills = bank.load(user, scope=scope).skills
     t0 = time.perf_counter()
