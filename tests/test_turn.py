@@ -143,11 +143,11 @@ def test_chat_queues_learning_after_the_turn_unless_told_not_to(make_desk):
     sc = SCENARIOS["en-tldr-once"]
     desk = make_desk(RecordingOracle(sc, reply="Understood."))
     r = desk.chat(sc["messages"][:3], learn=False)
-    assert r.evolution_job is None and desk.learning.state()["done"] == 0
+    assert r.learning_job is None and desk.learning.state()["done"] == 0
     r = desk.chat(sc["messages"][:3])
-    assert r.evolution_job is not None
+    assert r.learning_job is not None
     assert desk.learning.wait_idle(30)
-    kinds = [e.kind for e in desk.learning.events if e.job_id == r.evolution_job]
+    kinds = [e.kind for e in desk.learning.events if e.job_id == r.learning_job]
     assert kinds == ["queued", "running", "add", "done"]
     assert [s.title for s in desk.bank.load("default", scope="user").skills] == [
         "Summary with TL;DR first"]

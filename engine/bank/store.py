@@ -3,7 +3,7 @@
 Layout (see ARCHITECTURE.md)::
 
     <bank>/Users/<user>/<slug>/SKILL.md        read-write, one folder per skill
-    <bank>/Common/<library>/<slug>/SKILL.md    shared, read-only to evolution
+    <bank>/Common/<library>/<slug>/SKILL.md    shared, read-only to learning
     <bank>/vectors/                            rebuildable caches
     <bank>/.history/<skill-id>/<version>.md    every version (engine.bank.history)
     <bank>/.trash/<stamp>-<user>-<slug>/       deleted skills (never rmtree'd)
@@ -241,7 +241,7 @@ class SkillBank:
         ensure_inside(self.root, path)
         scope, owner = self._scope_of(path.parent)
         if scope == "common":
-            raise ReadOnlyError(f"{path} is a shared (Common) skill; evolution never changes it")
+            raise ReadOnlyError(f"{path} is a shared (Common) skill; learning never changes it")
         with self._locked(path.parent):
             actual = file_hash(path)
             if actual != expected_hash:

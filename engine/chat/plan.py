@@ -18,7 +18,7 @@
    recall for the bundled model's plans, +0.015 for hand-written ones (cap 4).
 
 Any failure of the plan step (garbage JSON, a schema violation, a model error, no steps) falls
-back to plain retrieval; it never raises. ``llm`` may be an ``LLMClient`` (evolution's:
+back to plain retrieval; it never raises. ``llm`` may be an ``LLMClient`` (the learning loop's:
 ``structured(prompt_name, **inputs)``), a ``ModelWorker``, a backend with
 ``structured(messages, schema, params)``, or a plain function ``(messages, schema) -> dict|str``.
 """
@@ -92,7 +92,7 @@ def is_complex(text: str) -> bool:
 # ------------------------------------------------------------------------------ the model call
 def _ask(llm: Any, request: str, planning: str) -> dict[str, Any]:
     """The plan prompt's validated JSON answer (raises SkillDeskError on any failure)."""
-    if hasattr(llm, "structured") and hasattr(llm, "prompt"):  # evolution's LLMClient
+    if hasattr(llm, "structured") and hasattr(llm, "prompt"):  # the learning loop's LLMClient
         return llm.structured("plan", request=request, planning=planning)
     p = prompts.load("plan")
     messages = p.render(request=request, planning=planning)

@@ -8,7 +8,7 @@
    the prefix the model has already evaluated (KV cache) is reused while the skills stay the
    same; the history follows unchanged. Streamed and stoppable; FOREGROUND priority, so it
    pre-empts background learning.
-4. Afterwards, the conversation is queued for background evolution (``learn=True``).
+4. Afterwards, the conversation is queued for background learning (``learn=True``).
 
 :class:`TurnResult` says which skills were injected and with which scores, for the UI.
 """
@@ -48,7 +48,7 @@ class TurnResult:
     model: str = ""
     turn_id: str = ""
     timings: dict[str, float] = field(default_factory=dict)  # rewrite_s, retrieve_s, total_s
-    evolution_job: str | None = None
+    learning_job: str | None = None
 
     def info(self) -> dict[str, Any]:
         """What a front end shows and keeps of this turn, in plain JSON types (the app's
@@ -196,7 +196,7 @@ class Turn:
             model=getattr(backend, "name", ""), turn_id=self.turn_id, timings=timings)
         if self.on_done is not None:
             convo = [*self.messages, {"role": "assistant", "content": self.result.text}]
-            self.result.evolution_job = self.on_done(self.result, convo)
+            self.result.learning_job = self.on_done(self.result, convo)
 
     def run(self) -> TurnResult:
         for _ in self.stream():

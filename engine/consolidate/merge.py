@@ -6,7 +6,7 @@ Two ways, both keeping the keeper's identity (id, name, folder, level, language)
   tags, examples deduplicated (the keeper's wording wins), the keeper's goal and workflow (the
   first member's when the keeper has none), and every other Markdown section merged item by
   item, so an imported body (``# Role & Objective``, ``# Core Workflow``…) loses nothing.
-- :func:`llm_merge`: the evolution pipeline's merge step, folded over the cluster — the merge
+- :func:`llm_merge`: the learning pipeline's merge step, folded over the cluster — the merge
   prompt (``resources/prompts/merge.md``) through :class:`engine.llm.client.LLMClient`,
   then :func:`engine.learning.checks.repair_merge` (no lost rules, no dropped triggers). An
   unusable answer for one member falls back to the union for that member, with a note.

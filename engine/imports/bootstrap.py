@@ -1,6 +1,6 @@
 """Bootstrap a bank from history: old conversations, documents, agent trajectories.
 
-Every item goes through the same evolution pipeline as a live chat (extract → judge against the
+Every item goes through the same learning pipeline as a live chat (extract → judge against the
 nearest skills → add / merge / discard), so an import never creates a second copy of a skill the
 bank already has. Progress is recorded per item in the bank's import ledger
 (:class:`engine.imports.readers.Ledger`): an interrupted import continues where it stopped, and running

@@ -1,7 +1,7 @@
 """Skills from successful agent runs (SkillX's trajectory bootstrapping).
 
 ``candidates_from_trajectory(obj, llm=None) -> list[Skill]`` turns one run (or a file's worth)
-into candidate skills for the evolution pipeline (judge / merge) to manage:
+into candidate skills for the learning pipeline (judge / merge) to manage:
 
 - one **planning** skill: the task's ordered steps, compressed — failed calls, retries that
   were superseded, and read-only exploration (listing, searching, viewing) removed;

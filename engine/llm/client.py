@@ -1,6 +1,6 @@
 """How the learning loop talks to a model: through the ModelWorker, at a fixed priority.
 
-:class:`LLMClient` fills a prompt file, sends it as one structured job (background evolution
+:class:`LLMClient` fills a prompt file, sends it as one structured job (background learning
 uses ``BACKGROUND``; the rewrite of a chat turn uses ``FOREGROUND``), waits, and counts calls
 and seconds per step for the benchmark. It also accepts a bare backend (tests, the oracle).
 A stopped job (``close()``/``cancel()``) raises :class:`~engine.errors.Cancelled`.

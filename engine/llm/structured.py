@@ -1,7 +1,7 @@
 """Parsing and validating a model's structured (JSON) answer, shared by every backend.
 
 A malformed or schema-violating answer raises :class:`~engine.errors.StructuredOutputError`;
-callers (evolution) turn that into a discard, never a crash and never a junk skill.
+callers (learning) turn that into a discard, never a crash and never a junk skill.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ contexts are not thread-safe, and two OpenMP pools on 2 cores are ~20x slower).
 
 Scheduling:
 
-- ``FOREGROUND`` (the user's chat) runs before ``BACKGROUND`` (evolution); equal priorities run
+- ``FOREGROUND`` (the user's chat) runs before ``BACKGROUND`` (learning); equal priorities run
   in submission order.
 - A foreground job that arrives while background jobs are queued simply goes first: they wait.
 - A foreground job that arrives while a background job is *running* pre-empts it: the running
