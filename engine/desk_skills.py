@@ -67,6 +67,17 @@ class SkillUsage:
         return dict(self.__dict__)
 
 
+@dataclass
+class Review:
+    """What the Review view lists; nothing here is ever deleted automatically."""
+
+    days: float
+    unused: list[tuple[Skill, SkillUsage]]  # not used (nor changed) in the last ``days``
+    clusters: list[Any]  # engine.consolidate.Cluster: near-duplicates that could merge
+    flags: list[Any]  # engine.consolidate.Flag: junk by the consolidation filter
+    plan: Any = None  # the consolidation plan the clusters came from (for merge)
+
+
 @dataclass(frozen=True)
 class TrashEntry:
     path: Path  # the folder in .trash/
@@ -89,6 +100,28 @@ def age_days(stamp: str, now: float | None = None) -> float:
     return ((now or time.time()) - t) / 86400
 
 
+def usage_of(skill: Skill, entry: dict[str, Any]) -> SkillUsage:
+    """A skill's usage from its state entry (``SkillState.entry``) and its file's time."""
+    try:
+        changed = _iso_of(Path(skill.path).stat().st_mtime) if skill.path else ""
+    except OSError:
+        changed = ""
+    return SkillUsage(uses=int(entry.get("uses") or 0),
+                      last_used=str(entry.get("last_used") or ""),
+                      last_changed=changed or skill.updated,
+                      disabled=bool(entry.get("disabled")),
+                      always_on=bool(entry.get("always_on")),
+                      didnt_fit=sum(1 for f in entry.get("feedback") or []
+                                    if f.get("kind") == "didnt_fit"))
+
+
+def unused_for(skill: Skill, usage: SkillUsage, days: float, now: float | None = None) -> bool:
+    """Not injected in the last ``days`` days, and not changed in them either (a skill just
+    written or edited has not had its chance yet)."""
+    return (age_days(usage.last_used, now) > days
+            and age_days(usage.last_changed or skill.created, now) > days)
+
+
 class SkillManagement:
     """Mixed into SkillDesk; relies on its ``bank``, ``user``, ``index``, ``refresh``,
     ``_reindex``, ``create``, ``update``, ``delete`` and ``learning``."""
@@ -106,20 +139,12 @@ class SkillManagement:
         return ref if isinstance(ref, Skill) else self.find(ref)  # type: ignore[attr-defined]
 
     def usage(self, skill: Skill) -> SkillUsage:
-        e = self.state.entry(skill.id)
-        try:
-            changed = _iso_of(Path(skill.path).stat().st_mtime) if skill.path else ""
-        except OSError:
-            changed = ""
-        return SkillUsage(uses=int(e.get("uses") or 0), last_used=str(e.get("last_used") or ""),
-                          last_changed=changed or skill.updated,
-                          disabled=bool(e.get("disabled")), always_on=bool(e.get("always_on")),
-                          didnt_fit=sum(1 for f in e.get("feedback") or []
-                                        if f.get("kind") == "didnt_fit"))
+        return usage_of(skill, self.state.entry(skill.id))
 
     def usages(self) -> dict[str, SkillUsage]:
         """``skill id -> usage`` for every indexed skill (one read of the state file)."""
-        return {s.id: self.usage(s) for s in self.index.skills.values()}
+        state = self.state.all()
+        return {s.id: usage_of(s, state.get(s.id) or {}) for s in self.index.skills.values()}
 
     # ------------------------------------------------------------------ flags
     def disable(self, skill: Skill | str) -> Skill:
@@ -251,6 +276,34 @@ class SkillManagement:
         rep = import_skills(self.bank, src, self.user)
         self.refresh()  # type: ignore[attr-defined]
         return rep
+
+    # ------------------------------------------------------------------ review
+    def review(self, days: float = 30, *, threshold: float | None = None) -> Review:
+        """Skills not used in ``days`` days, near-duplicates (engine/consolidate clustering)
+        and flagged junk (engine/consolidate/flags.py), for the user to act on."""
+        from engine.consolidate import DEFAULT_THRESHOLD, make_plan
+
+        skills = self.bank.load(self.user, "user").skills
+        state = self.state.all()
+        unused = []
+        for s in skills:
+            u = usage_of(s, state.get(s.id) or {})
+            if unused_for(s, u, days):
+                unused.append((s, u))
+        unused.sort(key=lambda p: (p[1].last_used or "", p[0].display_name.casefold()))
+        plan = make_plan(self, scope="user", skills=skills,
+                         threshold=threshold or DEFAULT_THRESHOLD)
+        clusters = [c for c in plan.clusters if len(c.mergeable) >= 2 and not c.skipped]
+        return Review(days, unused, clusters, list(plan.flags), plan)
+
+    def merge_cluster(self, review: Review, cluster: Any) -> Any:
+        """Merge one near-duplicate group of a review (undoable: engine.consolidate.undo)."""
+        import dataclasses
+
+        from engine.consolidate import apply_plan
+
+        sub = dataclasses.replace(review.plan, clusters=[cluster])
+        return apply_plan(self.bank, sub, refresh=lambda: self.refresh())  # type: ignore
 
     # ------------------------------------------------------------------ trash
     def trash(self) -> list[TrashEntry]:

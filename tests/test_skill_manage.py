@@ -232,3 +232,36 @@ def test_new_level_move_out_move_in_delete_restore(tmp_path, embedder):
                                 path=tmp_path / "x" / "SKILL.md"), out)
     finally:
         desk.close()
+
+
+# --------------------------------------------------------------------------- review
+def test_review_lists_unused_duplicates_and_junk_and_deletes_nothing(tmp_path, embedder):
+    import os
+
+    desk = _desk(tmp_path / "bank", embedder)
+    try:
+        dup = desk.new_skill("Weekly status report format",
+                             description="Weekly status reports in three parts: done, next, "
+                                         "risks.",
+                             rules=["Start with a one-line summary",
+                                    "Three sections: done, next, risks"])
+        junk = desk.new_skill("Misc", description="Misc.", rules=["Be helpful", "Be good"])
+        old = time.time() - 90 * 86400
+        for s in desk.bank.load("default", "user").skills:
+            os.utime(s.path, (old, old))
+        desk.record_use([desk.find("Git commit messages")])
+        before = sorted(p.name for p in (tmp_path / "bank" / "Users" / "default").iterdir())
+        rev = desk.review(days=30)
+        unused = [s.title for s, _ in rev.unused]
+        assert "Git commit messages" not in unused and "SQL query tuning" in unused
+        assert any({s.title for s in c.skills} >= {"Weekly report format", dup.title}
+                   for c in rev.clusters)
+        assert junk.title in [f.title for f in rev.flags]
+        after = sorted(p.name for p in (tmp_path / "bank" / "Users" / "default").iterdir())
+        assert before == after  # a review never deletes
+        cluster = next(c for c in rev.clusters if dup.title in {s.title for s in c.skills})
+        rec = desk.merge_cluster(rev, cluster)
+        assert rec.merged == 1
+        assert len([s for s in desk.skills if "report" in s.title.lower()]) == 1
+    finally:
+        desk.close()

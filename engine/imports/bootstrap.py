@@ -137,13 +137,15 @@ def run_import(desk: ImportTarget, kind: str, path: str, *, progress: Progress |
     summary.already = len(items) - len(todo)
     if limit is not None:
         todo = todo[:limit]
-    pipeline = desk.pipeline() if todo else None
+    pipeline = None  # built at the first item: a cancelled or empty import loads no model
     for n, item in enumerate(todo, 1):
         if cancel is not None and cancel():
             summary.cancelled = True
             break
         if progress:
             progress(n - 1, len(todo), item.source)
+        if pipeline is None:
+            pipeline = desk.pipeline()
         actions = _process(pipeline, kind, item, require_success)
         for a in actions:
             summary.counts[a.kind] += 1
