@@ -47,14 +47,14 @@ class ReviewPanel(QWidget):
         self.busy = False
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(QLabel("Review your skills", objectName="PanelTitle"))
         head = QHBoxLayout()
-        head.addWidget(QLabel("Review your skills", objectName="PanelTitle"))
-        head.addStretch(1)
         head.addWidget(QLabel("Not used in"))
         self.days = QSpinBox(minimum=0, maximum=3650, value=30, suffix=" days")
         self.days.setToolTip("List skills that were neither used in an answer nor changed in "
                              "this many days")
         head.addWidget(self.days)
+        head.addStretch(1)
         self.refresh_btn = QPushButton(theme.icon("regenerate"), "Refresh")
         self.refresh_btn.clicked.connect(self.compute)
         head.addWidget(self.refresh_btn)
