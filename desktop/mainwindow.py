@@ -34,7 +34,7 @@ from .views.consolidate_dialog import ConsolidateDialog
 from .views.conversations import ConversationsPanel
 from .views.import_dialog import ImportDialog
 from .views.learning import LearningPanel, Toast
-from .views.review import ReviewPanel
+from .views.review import ReviewDialog, ReviewPanel
 from .views.skill_detail import SkillDetail
 from .views.skill_tree import SkillTree
 
@@ -63,6 +63,7 @@ class MainWindow(QMainWindow):
         self.detail.desk_getter = lambda: self.session.desk
         self.detail.usage_getter = lambda skill: self.usage.get(skill.id)
         self.review = ReviewPanel(session, self.actions)
+        self.review_dialog = ReviewDialog(self.review, self)
         self.usage: dict[str, Any] = {}
         self.skills_split = QSplitter(Qt.Orientation.Vertical)
         self.skills_split.addWidget(self.tree)
@@ -71,7 +72,6 @@ class MainWindow(QMainWindow):
         self.right = QTabWidget()
         self.right.addTab(self.skills_split, theme.icon("skill"), "Skills")
         self.right.addTab(self.learning, theme.icon("learning"), "Learning")
-        self.right.addTab(self.review, theme.icon("review"), "Review")
         self.split = QSplitter(Qt.Orientation.Horizontal)
         for w in (self.conversations, self.chat, self.right):
             self.split.addWidget(w)
@@ -125,7 +125,7 @@ class MainWindow(QMainWindow):
         self._action(v, "Reload skills", self.reload_skills, QKeySequence("F5"))
         v.addSeparator()
         self.consolidate_action = self._action(v, "Consolidate skills…", self.open_consolidate)
-        self._action(v, "Review skills", self.open_review)
+        self._action(v, "Review skills…", self.open_review, QKeySequence("Ctrl+R"))
         h = self.menuBar().addMenu("&Help")
         self._action(h, "Welcome", lambda: self.session.show_welcome(self))
 
@@ -151,6 +151,7 @@ class MainWindow(QMainWindow):
         self.chat.skill_link.connect(self.show_skill)
         self.tree.selected.connect(self._on_tree_selected)
         self.tree.consolidate_requested.connect(self.open_consolidate)
+        self.tree.review_requested.connect(self.open_review)
         self.tree.context_requested.connect(self._on_tree_context)
         self.actions.status.connect(lambda t: self.statusBar().showMessage(t, 6000))
         self.actions.created.connect(self._select_when_loaded)
@@ -306,7 +307,9 @@ class MainWindow(QMainWindow):
         self.session.run_desk(lambda d: d.feedback(skill, query), done, what="Feedback")
 
     def open_review(self) -> ReviewPanel:
-        self.right.setCurrentWidget(self.review)
+        self.review_dialog.show()
+        self.review_dialog.raise_()
+        self.review_dialog.activateWindow()
         if self.review.review is None and not self.review.busy:
             self.review.compute()
         return self.review

@@ -166,9 +166,9 @@ def test_review_view_lists_and_acts_without_deleting(qtbot, window):
     unused = panel.tree.topLevelItem(0)
     row = next(unused.child(i) for i in range(unused.childCount())
                if unused.child(i).text(0) == "Misc")
-    from PySide6.QtWidgets import QPushButton
+    from PySide6.QtWidgets import QToolButton
 
-    buttons = {b.text(): b for b in panel.tree.itemWidget(row, 2).findChildren(QPushButton)}
+    buttons = {b.text(): b for b in panel.tree.itemWidget(row, 2).findChildren(QToolButton)}
     assert set(buttons) == {"Disable", "Delete"}
     buttons["Disable"].click()
     misc = w.session.desk.find("Misc")

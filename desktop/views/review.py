@@ -15,11 +15,13 @@ from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
+    QDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QPushButton,
     QSpinBox,
+    QToolButton,
     QTreeWidget,
     QTreeWidgetItem,
     QVBoxLayout,
@@ -69,9 +71,9 @@ class ReviewPanel(QWidget):
         hdr = self.tree.header()
         hdr.setStretchLastSection(False)
         hdr.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        hdr.setSectionResizeMode(1, QHeaderView.ResizeMode.Interactive)
+        hdr.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         hdr.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
-        self.tree.setColumnWidth(1, 170)
+        self.tree.setIndentation(14)
         self.tree.itemDoubleClicked.connect(self._open)
         lay.addWidget(self.tree, 1)
 
@@ -108,18 +110,23 @@ class ReviewPanel(QWidget):
         days = int(review.days)
         g = self._group(f"Not used in {days} days ({len(review.unused)})", "pause")
         for s, u in review.unused:
-            last = f"last used {u.last_used[:10]}" if u.last_used else "never used"
-            self._skill_row(g, s, f"{last} · {u.uses}×", disable=not u.disabled)
+            why = f"last used {u.last_used[:10]}" if u.last_used else "never used"
+            row = self._skill_row(g, s, why + (" · off" if u.disabled else ""),
+                                  disable=not u.disabled)
+            row.setToolTip(1, f"Used {u.uses}× in answers; file last changed "
+                              f"{(u.last_changed or '?')[:10]}"
+                              + ("; disabled" if u.disabled else ""))
         g = self._group(f"Near-duplicates ({len(review.clusters)})", "merged")
         for c in review.clusters:
-            item = QTreeWidgetItem(g, [" + ".join(s.display_name for s in c.skills),
+            item = QTreeWidgetItem(g, [f"{len(c.skills)} alike: {c.keeper.display_name}",
                                        f"similarity {c.similarity:.2f}"])
             item.setIcon(0, theme.icon("merged"))
             item.setToolTip(0, "Merge keeps “" + c.keeper.display_name + "” and folds the "
                             "others into it (undoable in Consolidate…)")
             self._buttons(item, [("Merge", lambda c=c: self.merge(c))])
             for s in c.skills:
-                self._skill_row(item, s, "keeper" if s is c.keeper else "", disable=False)
+                self._skill_row(item, s, "kept" if s is c.keeper else "merged in",
+                                disable=False)
         g = self._group(f"Flagged ({len(review.flags)})", "warning")
         for f in review.flags:
             skill = next((s for s in self._skills() if str(s.path) == f.path), None)
@@ -152,6 +159,8 @@ class ReviewPanel(QWidget):
         buttons = []
         if disable:
             buttons.append(("Disable", lambda s=skill: self.actions.set_disabled(s, True)))
+        elif why.endswith("· off"):
+            buttons.append(("Enable", lambda s=skill: self.actions.set_disabled(s, False)))
         buttons.append(("Delete", lambda s=skill: self.actions.delete(s)))
         self._buttons(item, buttons)
         return item
@@ -162,11 +171,14 @@ class ReviewPanel(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(4)
         for text, slot in buttons:
-            b = QPushButton(text)
+            b = QToolButton(text=text)  # compact: no push button's minimum width
             b.setObjectName(f"Review{text}")
-            b.setAutoDefault(False)
+            b.setIcon(theme.icon({"Disable": "pause", "Delete": "trash", "Enable": "play",
+                                  "Merge": "merged"}.get(text, "")))
+            b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
             b.clicked.connect(lambda _=False, slot=slot: slot())
             lay.addWidget(b)
+        lay.addStretch(1)
         self.tree.setItemWidget(item, 2, box)
 
     # ------------------------------------------------------------------ actions
@@ -187,3 +199,18 @@ class ReviewPanel(QWidget):
         path = item.data(0, PATH_ROLE)
         if path:
             self.show_skill.emit(path)
+
+
+class ReviewDialog(QDialog):
+    """The Review view in its own window (non-modal, like Consolidate…): the three lists need
+    more width than the skill pane has."""
+
+    def __init__(self, panel: ReviewPanel, parent=None):
+        super().__init__(parent)
+        self.setWindowTitle("Review skills")
+        self.setModal(False)
+        self.resize(860, 560)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(panel)
+        self.panel = panel

@@ -177,6 +177,9 @@ class SkillDetail(QWidget):
         self.tabs.setCurrentWidget(self.view)
 
     def show_skill(self, skill: Skill | None) -> None:
+        if skill is not None and self.bank is not None and skill.scope == "user":
+            # a hand edit is versioned in the history, not in the file: show that version
+            skill = skill.copy(version=self.bank.effective_version(skill))
         self.skill = skill
         self.error_path = None
         has = skill is not None

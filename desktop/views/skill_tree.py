@@ -77,6 +77,7 @@ class SkillTree(QWidget):
 
     selected = Signal(str)
     consolidate_requested = Signal()
+    review_requested = Signal()
     context_requested = Signal(str, QPoint)  # a skill's path ("" elsewhere), global position
 
     def __init__(self, parent=None):
@@ -103,6 +104,13 @@ class SkillTree(QWidget):
         self.consolidate_btn.setToolTip("Merge near-duplicate skills and flag junk (undoable)")
         self.consolidate_btn.clicked.connect(self.consolidate_requested)
         head.addWidget(self.consolidate_btn)
+        self.review_btn = QToolButton(icon=theme.icon("review"), text="Review…")
+        self.review_btn.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.review_btn.setAutoRaise(True)
+        self.review_btn.setToolTip("Skills not used lately, near-duplicates and junk, with "
+                                   "one-click disable / delete / merge")
+        self.review_btn.clicked.connect(self.review_requested)
+        head.addWidget(self.review_btn)
         lay.addLayout(head)
         self.filter = QLineEdit(placeholderText="Filter skills (name, tag, trigger)…")
         self.filter.setClearButtonEnabled(True)
