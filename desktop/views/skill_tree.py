@@ -105,9 +105,9 @@ class SkillTree(QWidget):
         self.consolidate_btn.clicked.connect(self.consolidate_requested)
         head.addWidget(self.consolidate_btn)
         self.review_btn = QToolButton(icon=theme.icon("review"), text="Review…")
-        self.review_btn.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.review_btn.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonIconOnly)  # narrow pane
         self.review_btn.setAutoRaise(True)
-        self.review_btn.setToolTip("Skills not used lately, near-duplicates and junk, with "
+        self.review_btn.setToolTip("Review… (Ctrl+R): skills not used lately, near-duplicates and junk, with "
                                    "one-click disable / delete / merge")
         self.review_btn.clicked.connect(self.review_requested)
         head.addWidget(self.review_btn)
