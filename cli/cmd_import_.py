@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--include-failed", action="store_true",
                    help="trajectories: also learn from runs marked as failed")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--dry-run", action="store_true",
+                   help="only read: report what would be imported and what is skipped, learn "
+                        "nothing (no model, no bank needed)")
     p.set_defaults(func=run)
 
 
@@ -39,7 +42,18 @@ def _bar(done: int, total: int, what: str) -> None:
 
 def run(args) -> int:
     from engine import SkillDesk
-    from engine.imports.bootstrap import run_import
+    from engine.imports.bootstrap import preview, run_import
+
+    if args.dry_run:
+        out = preview(args.kind, args.path)
+        if args.json:
+            print_json({k: v for k, v in out.items() if k != "items"})
+            return 0
+        extra = f", {out['messages']} messages" if "messages" in out else ""
+        print(f"{args.kind}: {out[args.kind]} would be read{extra} (dry run: nothing learned)")
+        for sk in out["skipped"]:
+            print(f"  skipped {sk['source']}: {sk['reason']}", file=sys.stderr)
+        return 0
 
     settings = Settings.load()
     if args.model:

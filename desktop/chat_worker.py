@@ -104,7 +104,15 @@ class ChatWorker(QObject):
             with self._lock:
                 self._streams.pop(rid, None)
                 self._cancelled.discard(rid)
-        self.finished.emit(rid, turn_info(result, time.perf_counter() - t0))
+        info = turn_info(result, time.perf_counter() - t0)
+        try:  # the "Skills used" line marks always-on skills as such
+            always = {s.id for s in self.desk.always_on()} if self.desk is not None else set()
+        except Exception:  # noqa: BLE001 - a display detail must not cost the answer
+            always = set()
+        for s in info["injected"]:
+            if s.get("id") in always:
+                s["always"] = True
+        self.finished.emit(rid, info)
 
     @Slot()
     def shutdown(self) -> None:

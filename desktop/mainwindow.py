@@ -28,10 +28,13 @@ from engine.settings import home_dir
 from . import theme
 from .chat_controller import ChatController
 from .session import Session
+from .skill_actions import SkillActions
 from .views.chat import ChatView
 from .views.consolidate_dialog import ConsolidateDialog
 from .views.conversations import ConversationsPanel
+from .views.import_dialog import ImportDialog
 from .views.learning import LearningPanel, Toast
+from .views.review import ReviewDialog, ReviewPanel
 from .views.skill_detail import SkillDetail
 from .views.skill_tree import SkillTree
 
@@ -55,6 +58,13 @@ class MainWindow(QMainWindow):
         self.tree = SkillTree()
         self.detail = SkillDetail()
         self.learning = LearningPanel()
+        self.actions = SkillActions(session, self)
+        self.detail.actions = self.actions
+        self.detail.desk_getter = lambda: self.session.desk
+        self.detail.usage_getter = lambda skill: self.usage.get(skill.id)
+        self.review = ReviewPanel(session, self.actions)
+        self.review_dialog = ReviewDialog(self.review, self)
+        self.usage: dict[str, Any] = {}
         self.skills_split = QSplitter(Qt.Orientation.Vertical)
         self.skills_split.addWidget(self.tree)
         self.skills_split.addWidget(self.detail)
@@ -71,6 +81,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.split)
         self.toast = Toast(self.chat)
         self.consolidate_dialog: ConsolidateDialog | None = None
+        self.import_dialog: ImportDialog | None = None
 
         self.controller = ChatController(session.store, session.chat, self.chat,
                                          learn_default=lambda: self.session.settings.learning,
@@ -100,6 +111,8 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         m = self.menuBar().addMenu("&File")
         self._action(m, "New chat", self.controller.new_conversation, QKeySequence.StandardKey.New)
+        self._action(m, "New skill…", lambda: self.actions.new_skill())
+        self._action(m, "Import…", self.open_import, QKeySequence("Ctrl+I"))
         self._action(m, "Export chat as Markdown…", lambda: self.export_current("md"))
         self._action(m, "Export chat as JSON…", lambda: self.export_current("json"))
         m.addSeparator()
@@ -112,6 +125,7 @@ class MainWindow(QMainWindow):
         self._action(v, "Reload skills", self.reload_skills, QKeySequence("F5"))
         v.addSeparator()
         self.consolidate_action = self._action(v, "Consolidate skills…", self.open_consolidate)
+        self._action(v, "Review skills…", self.open_review, QKeySequence("Ctrl+R"))
         h = self.menuBar().addMenu("&Help")
         self._action(h, "Welcome", lambda: self.session.show_welcome(self))
 
@@ -137,6 +151,16 @@ class MainWindow(QMainWindow):
         self.chat.skill_link.connect(self.show_skill)
         self.tree.selected.connect(self._on_tree_selected)
         self.tree.consolidate_requested.connect(self.open_consolidate)
+        self.tree.review_requested.connect(self.open_review)
+        self.tree.context_requested.connect(self._on_tree_context)
+        self.actions.status.connect(lambda t: self.statusBar().showMessage(t, 6000))
+        self.actions.created.connect(self._select_when_loaded)
+        self.actions.deleted.connect(self._on_skill_deleted)
+        self.review.status.connect(lambda t: self.statusBar().showMessage(t, 8000))
+        self.review.show_skill.connect(self.show_skill)
+        self.review.merged.connect(self._on_review_merged)
+        self.chat.skill_feedback.connect(self._on_skill_feedback)
+        s.usage_loaded.connect(self._on_usage_loaded)
         self.detail.status.connect(lambda t: self.statusBar().showMessage(t, 6000))
         self.detail.changed.connect(lambda p: s.skills_changed([p]))
         self.learning.show_skill.connect(self.show_skill)
@@ -229,6 +253,75 @@ class MainWindow(QMainWindow):
     def _on_skills_loaded(self, skills: list) -> None:
         self.tree.set_skills(skills, self.session.settings.user)
         self.detail.bank = self.session.bank
+        shown = self.detail.skill
+        if shown is not None:
+            fresh = self.tree.find(str(shown.path))
+            if fresh is not None and fresh.content_hash == shown.content_hash:
+                self.detail.skill = fresh  # same file; the effective version from the load
+            self.detail.set_usage(self.usage.get(shown.id))
+        want, self._want_select = getattr(self, "_want_select", None), None
+        if want and not self.tree.select_path(want):
+            self._want_select = want
+
+    def _on_usage_loaded(self, usage: dict) -> None:
+        self.usage = usage
+        self.actions.usage = usage
+        self.tree.set_usage(usage)
+
+    # ------------------------------------------------------------------ managing skills
+    def _on_tree_context(self, path: str, pos) -> None:
+        skill = self.tree.find(path) if path else None
+        self.context_menu = self.actions.menu(skill, self)
+        self.context_menu.popup(pos)
+
+    def _select_when_loaded(self, path: str) -> None:
+        if not self.tree.select_path(path):
+            self._want_select = path
+
+    def _on_skill_deleted(self, title: str, trash_path: str) -> None:
+        self.toast.notify(f"Moved “{title}” to the trash", ("trash", trash_path), undo=True,
+                          icon="trash")
+
+    def _on_review_merged(self, record: Any) -> None:
+        self.toast.notify(f"Merged {record.merged} near-duplicate skill(s)",
+                          ("consolidation", record.id), undo=True, icon="merged")
+
+    def _on_skill_feedback(self, bubble: Any, ref: str, query: str) -> None:
+        """"didn't fit" on the Skills used line: record it, then offer to disable the skill."""
+        desk = self.session.desk
+        if desk is None:
+            return
+        try:
+            skill = desk.read(ref) if ref.endswith(".md") else desk.find(ref)
+        except Exception as exc:  # noqa: BLE001 - a stale link: say so
+            self.statusBar().showMessage(f"Skill not found: {exc}", 6000)
+            return
+
+        def done(_ev: Any) -> None:
+            bubble.mark_didnt_fit(ref)
+            self.toast.notify(f"Noted: “{skill.display_name}” didn't fit. It won't be used "
+                              "for similar requests. Disable it everywhere?",
+                              ("disable", skill), show=True, icon="warning",
+                              show_text="Disable it")
+
+        self.session.run_desk(lambda d: d.feedback(skill, query), done, what="Feedback")
+
+    def open_review(self) -> ReviewPanel:
+        self.review_dialog.show()
+        self.review_dialog.raise_()
+        self.review_dialog.activateWindow()
+        if self.review.review is None and not self.review.busy:
+            self.review.compute()
+        return self.review
+
+    def open_import(self) -> ImportDialog:
+        dlg = self.import_dialog
+        if dlg is None:
+            dlg = self.import_dialog = ImportDialog(self.session, self)
+            dlg.imported.connect(lambda _out: self.session.load_skills())
+        dlg.show()
+        dlg.raise_()
+        return dlg
 
     def _on_load_errors(self, errors: list) -> None:
         """Say so when a file becomes unreadable (a hand edit that broke its YAML, say)."""
@@ -280,7 +373,17 @@ class MainWindow(QMainWindow):
 
     def _toast_undo(self, payload: tuple[str, Any]) -> None:
         kind, obj = payload
-        if kind == "chat":
+        if kind == "trash":
+            self.actions.restore(obj)
+        elif kind == "consolidation":
+            from engine.consolidate import undo
+
+            self.session.run_desk(lambda d: (undo(d.bank, obj), d.refresh())[0],
+                                  lambda _r: self.statusBar().showMessage("Merge undone", 5000),
+                                  what="Undo")
+        elif kind == "disable":
+            self.actions.set_disabled(obj, True)
+        elif kind == "chat":
             self.conversations.undo_delete(obj)
             self.controller.open_conversation(obj)
         elif kind == "event":
@@ -288,7 +391,9 @@ class MainWindow(QMainWindow):
 
     def _toast_show(self, payload: tuple[str, Any]) -> None:
         kind, obj = payload
-        if kind == "event" and obj.path:
+        if kind == "disable":
+            self.actions.set_disabled(obj, True)
+        elif kind == "event" and obj.path:
             self.show_skill(obj.path)
         elif kind == "path":
             self.show_skill(obj)

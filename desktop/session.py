@@ -43,6 +43,7 @@ Opener = Callable[[Path, str, Settings], Any]
 
 
 class Session(QObject):
+    usage_loaded = Signal(dict)  # skill id -> SkillUsage (sent just before skills_loaded)
     skills_loaded = Signal(list)
     load_errors = Signal(list)  # LoadError(path, reason) of the files that cannot be read
     files_changed = Signal(list)
@@ -150,9 +151,23 @@ class Session(QObject):
         self._loading = True
         bank, user = self.bank, self.settings.user
 
-        def done(result: Any) -> None:
+        def load() -> tuple[Any, dict]:
+            from engine.bank.state import SkillState
+            from engine.desk_skills import usage_of
+
+            result = bank.load(user)
+            state = SkillState(bank.root, user).all()
+            usage = {}
+            for s in result.skills:
+                s.version = bank.effective_version(s)  # a hand edit's recorded version
+                usage[s.id] = usage_of(s, state.get(s.id) or {})
+            return result, usage
+
+        def done(out: Any) -> None:
+            result, usage = out
             self._loading = False
             self.load_errors.emit(list(result.errors))
+            self.usage_loaded.emit(usage)
             self.skills_loaded.emit(result.skills)
             if self._reload_again:
                 self._reload_again = False
@@ -162,7 +177,7 @@ class Session(QObject):
             self._loading = False
             self.message.emit(f"Cannot read the skill bank: {message}")
 
-        run_async(lambda: bank.load(user), done, failed)
+        run_async(load, done, failed)
 
     def _on_disk_change(self, paths: list[str]) -> None:
         self.skills_changed(paths)
@@ -176,6 +191,30 @@ class Session(QObject):
                       lambda m: self.message.emit(f"Reindex failed: {m}"))
         self.load_skills()
         self.files_changed.emit(list(paths))
+
+    def run_desk(self, fn: Any, on_done: Any = None, *, what: str = "That",
+                 paths: list[str] | None = None) -> bool:
+        """Run ``fn(desk)`` in the pool (a write: the desk reindexes), then reload the views.
+
+        ``on_done(result)`` runs on the GUI thread. False when the engine is not open yet."""
+        desk = self.desk
+        if desk is None:
+            self.message.emit("The skill engine is still starting; try again in a moment")
+            return False
+
+        def done(out: Any) -> None:
+            self.load_skills()
+            changed = list(paths or [])
+            path = getattr(out, "path", None)
+            if path is not None:
+                changed.append(str(path))
+            if changed:
+                self.files_changed.emit(changed)
+            if on_done is not None:
+                on_done(out)
+
+        run_async(lambda: fn(desk), done, lambda m: self.message.emit(f"{what} failed: {m}"))
+        return True
 
     # ------------------------------------------------------------------ learning
     def learning_history(self, n: int = 50) -> list[Any]:

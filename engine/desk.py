@@ -14,12 +14,16 @@ Reading: ``search``, ``render_context`` (the same block the chat injects), ``nei
 judge's search). Turns: ``chat`` (engine/chat/turn.py: rewrite, plan, retrieve, render,
 generate) and ``ingest`` (engine/learning/: triage, extract, judge, merge). Writes: ``create``,
 ``update``, ``delete``, ``restore``, ``revert``, ``undo``: each reindexes what it changed, so no
-caller has to remember a refresh. Hand edits arrive through ``watch`` / ``refresh``.
+caller has to remember a refresh. Hand edits arrive through ``watch`` / ``refresh``. What a user
+does to their skills (new, disable / enable, always-on, level, move, trash, usage, "didn't fit")
+is in the :class:`~engine.desk_skills.SkillManagement` mixin; its bookkeeping is a sidecar
+(``<bank>/.skilldesk/<user>.json``), never the SKILL.md.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -33,6 +37,7 @@ from engine.chat.render import DEFAULT_SKILL_CHARS, render_skills
 from engine.chat.turn import Turn, TurnResult, TurnStream
 from engine.consolidate import MergeFn, Plan, Record, apply_plan
 from engine.consolidate import undo as undo_record
+from engine.desk_skills import SkillManagement
 from engine.errors import SkillDeskError, SkillFormatError, UnsafePathError
 from engine.fsutil import check_component
 from engine.learning.events import LearningEvent, LearningReport
@@ -48,8 +53,10 @@ from engine.retrieval.embedders import Embedder, make_embedder
 from engine.retrieval.index import SCOPE_VALUES, skill_dir_of, skill_key
 from engine.settings import Settings, home_dir
 
+log = logging.getLogger("skilldesk.desk")
 
-class SkillDesk:
+
+class SkillDesk(SkillManagement):
     """Skills of ``user`` in ``bank``, searchable; see the module docstring."""
 
     def __init__(self, bank: SkillBank, user: str, config: Settings, index: SkillIndex):
@@ -67,6 +74,7 @@ class SkillDesk:
         self._worker: ModelWorker | None = None
         self._own_worker = False
         self._learning: LearningQueue | None = None
+        self._init_state()  # disabled / always-on / usage / feedback (engine/desk_skills.py)
 
     # ------------------------------------------------------------------ open / close
     @classmethod
@@ -130,21 +138,30 @@ class SkillDesk:
 
     def search(self, query: str, top_k: int | None = None, *, scope: str | None = None,
                threshold: float | None = None) -> list[SkillHit]:
-        """The skills that apply to ``query``, best first (at most ``top_k``)."""
-        return self.index.search(query or "", top_k, scope=scope or self.config.retrieval.scope,
+        """The skills that apply to ``query``, best first (at most ``top_k``).
+
+        Disabled skills and skills that "didn't fit" a similar request are left out (see
+        engine/desk_skills.py); always-on skills are added by the chat, not here."""
+        k = top_k if top_k is not None else self.index.params.top_k
+        extra = self._extra()
+        hits = self.index.search(query or "", k + extra if k is not None and extra else k,
+                                 scope=scope or self.config.retrieval.scope,
                                  threshold=threshold)
+        return self._filter_hits(query or "", list(hits), k) if extra else hits
 
     def render_context(self, query: str, *, hits: list[SkillHit] | None = None,
                        budget: int = DEFAULT_SKILL_CHARS) -> str:
         """The skill block the chat would inject for ``query`` ("" when none applies)."""
-        hits = self.search(query) if hits is None else hits
+        hits = self.with_always_on(self.search(query)) if hits is None else hits
         return render_skills(hits, budget)
 
     def neighbours(self, query: str, k: int) -> list[Neighbour]:
         """The judge's search: the user's own skills by hybrid score, no relevance cut."""
         params = self.index.params.with_(threshold=0.0, window=None)
-        hits = self.index.search(query or "", k, scope="user", params=params)
-        return [Neighbour(h.skill, h.score, h.dense, h.lexical) for h in hits]
+        disabled = self.state.ids_where("disabled")  # never merged into while disabled
+        hits = self.index.search(query or "", k + len(disabled), scope="user", params=params)
+        return [Neighbour(h.skill, h.score, h.dense, h.lexical) for h in hits
+                if h.skill.id not in disabled][:k]
 
     def search_many(self, queries: list[str], top_k: int) -> list[list[SkillHit]]:
         """One search per query, the queries embedded in one batch (the plan's steps)."""
@@ -152,8 +169,11 @@ class SkillDesk:
             return []
         vecs = self.index.embedder.encode(list(queries))
         scope = self.config.retrieval.scope
-        return [list(self.index.search(q, top_k, scope=scope, qvec=v))
-                for q, v in zip(queries, vecs, strict=True)]
+        extra = self._extra()
+        out = [list(self.index.search(q, top_k + extra, scope=scope, qvec=v))
+               for q, v in zip(queries, vecs, strict=True)]
+        return [self._filter_hits(q, h, top_k) for q, h in zip(queries, out, strict=True)
+                ] if extra else out
 
     # ------------------------------------------------------------------ changes
     def refresh(self, paths: Iterable[str | os.PathLike] | None = None) -> SyncReport:
@@ -371,10 +391,14 @@ class SkillDesk:
 
         def retrieve(query: str, k: int | None, client: LLMClient) -> list[SkillHit]:
             if use_plan:
-                return plan_search(self, query, client, top_k=k).hits
-            return self.search(query, k)
+                return self.with_always_on(plan_search(self, query, client, top_k=k).hits)
+            return self.with_always_on(self.search(query, k))
 
         def on_done(result: TurnResult, convo: list[dict]) -> str | None:
+            try:
+                self.record_use(result.injected)
+            except OSError as exc:  # bookkeeping must never cost the answer
+                log.warning("could not record skill usage: %s", exc)
             if not (learn and self.config.learning):
                 return None
             return self.learning.submit(convo, turn_id=result.turn_id)

@@ -69,6 +69,7 @@ class ChatView(QWidget):
     edit_last_requested = Signal()
     learning_toggled = Signal(bool)  # learning on for this chat
     skill_link = Signal(str)
+    skill_feedback = Signal(object, str, str)  # (bubble, skill path or id, the turn's query)
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -188,6 +189,8 @@ class ChatView(QWidget):
         """Append a bubble (or put it above the others: loading older messages)."""
         bubble = MessageWidget(role, text, meta, message_id)
         bubble.link_activated.connect(self.skill_link)
+        bubble.feedback_requested.connect(
+            lambda ref, query, b=bubble: self.skill_feedback.emit(b, ref, query))
         if at_top:
             self.list_layout.insertWidget(0, bubble)
             self._bubbles.insert(0, bubble)

@@ -32,9 +32,10 @@ MODEL_NOTE = ("Learning quality depends on the model: the bundled SmolLM2-135M i
               "(Settings → Model) learns well.")
 KIND_TEXT = {"queued": "queued", "running": "thinking about", "add": "learned",
              "merge": "updated", "discard": "nothing new in", "error": "error in",
-             "done": "finished", "undo": "undid"}
+             "done": "finished", "undo": "undid", "feedback": "you said didn't fit:"}
 KIND_ICON = {"add": "new", "merge": "merged", "undo": "regenerate", "error": "stop",
-             "queued": "learning", "running": "learning", "discard": "skill", "done": "skill"}
+             "queued": "learning", "running": "learning", "discard": "skill", "done": "skill",
+             "feedback": "warning"}
 
 
 class LearningBridge(QObject):
@@ -77,6 +78,9 @@ def describe(ev: Any) -> str:
     name = ev.title or ev.skill_name or ""
     verb = KIND_TEXT.get(ev.kind, ev.kind)
     when = time.strftime("%H:%M", time.localtime(ev.time))
+    if ev.kind == "feedback" and name:
+        request = (ev.reason or "").removeprefix("didn't fit: ")[:60]
+        return f"{when}  {verb} “{name}” ({request})"
     if ev.kind in ("add", "merge", "undo") and name:
         ver = f" v{ev.version}" if ev.version else ""
         return f"{when}  {verb} “{name}”{ver}"
@@ -205,8 +209,9 @@ class Toast(QFrame):
         self.hide()
 
     def notify(self, text: str, payload: Any = None, *, show: bool = False, undo: bool = False,
-               icon: str = "learning") -> None:
+               icon: str = "learning", show_text: str = "Show") -> None:
         self.payload = payload
+        self.show_btn.setText(show_text)
         self.icon.setPixmap(theme.icon(icon).pixmap(18, 18))
         self.label.setText(text)
         self.show_btn.setVisible(show)

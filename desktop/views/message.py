@@ -46,6 +46,7 @@ class MessageWidget(QFrame):
     """A message. ``set_text`` is cheap to call per token: rendering is throttled."""
 
     link_activated = Signal(str)  # "skill:<path>" links
+    feedback_requested = Signal(str, str)  # "didn't fit": (skill path or id, the turn's query)
 
     def __init__(self, role: str, text: str = "", meta: dict | None = None,
                  message_id: int | None = None, parent=None):
@@ -122,9 +123,18 @@ class MessageWidget(QFrame):
                 ver = html.escape(str(s.get("version", "")))
                 score = s.get("score")
                 score_txt = f" · {score:.2f}" if isinstance(score, int | float) else ""
-                href = html.escape(f"skill:{s.get('path') or s.get('id') or ''}", quote=True)
+                ref = str(s.get("path") or s.get("id") or "")
+                href = html.escape(f"skill:{ref}", quote=True)
+                if s.get("always"):
+                    score_txt = " · always"
+                if s.get("didnt_fit"):
+                    fit = f' <span style="color:{c["muted"]};">(didn\'t fit: noted)</span>'
+                else:
+                    fit = (f' <a href="{html.escape("fit:" + ref, quote=True)}" '
+                           f'style="color:{c["muted"]};" title="This skill did not fit this '
+                           f'answer">didn\'t fit?</a>')
                 links.append(f'<a href="{href}" style="color:{c["link"]};">{name}</a>'
-                             f" v{ver}{score_txt}")
+                             f" v{ver}{score_txt}{fit}")
             parts.append("Skills used: " + ", ".join(links))
         info = []
         if self.meta.get("model"):
@@ -158,8 +168,17 @@ class MessageWidget(QFrame):
     def _on_link(self, target: str) -> None:
         if target.startswith("skill:"):
             self.link_activated.emit(target)
+        elif target.startswith("fit:"):
+            self.feedback_requested.emit(target[4:], str(self.meta.get("query") or ""))
         elif target.startswith(("http://", "https://")):
             QDesktopServices.openUrl(QUrl(target))
+
+    def mark_didnt_fit(self, ref: str) -> None:
+        """Show that the "didn't fit" on ``ref`` was recorded (kept in the message's meta)."""
+        for s in self.meta.get("injected") or []:
+            if ref in (str(s.get("path") or ""), str(s.get("id") or "")):
+                s["didnt_fit"] = True
+        self.set_meta(self.meta)
 
     def copy_blocks(self) -> list[str]:
         return list(self._blocks)

@@ -13,6 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import QProcess, Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
+    QCheckBox,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QTabWidget,
     QTextBrowser,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -98,6 +100,10 @@ class SkillDetail(QWidget):
         self.skill: Skill | None = None
         self.error_path: str | None = None  # shown: a file that cannot be read
         self.editor_command = ""
+        self.actions = None  # desktop.skill_actions.SkillActions (set by the window)
+        self.usage = None  # engine.desk_skills.SkillUsage of the shown skill
+        self.desk_getter = lambda: None  # the open SkillDesk, for writes that reindex
+        self.usage_getter = lambda _skill: None  # skill -> SkillUsage (the window's last load)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.setSpacing(6)
@@ -116,6 +122,33 @@ class SkillDetail(QWidget):
         head.addWidget(self.folder_btn)
         head.addWidget(self.open_btn)
         lay.addLayout(head)
+        # usage and management (issue 18): used N×, last used, last changed; the actions
+        manage = QHBoxLayout()
+        self.usage_label = QLabel(objectName="Hint")
+        self.usage_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.disable_btn = QToolButton(icon=theme.icon("pause"), text="Disable")
+        self.disable_btn.setToolTip("Keep the skill on disk but never use it in answers or "
+                                    "merge into it")
+        self.disable_btn.clicked.connect(self._toggle_disabled)
+        self.always_box = QCheckBox("Always apply")
+        self.always_box.setToolTip("Inject this skill in every chat (within the skill budget)")
+        self.always_box.clicked.connect(self._toggle_always)
+        self.delete_btn = QToolButton(icon=theme.icon("trash"), text="Delete")
+        self.delete_btn.setToolTip("Move to the bank's trash (Undo, or restore it later)")
+        self.delete_btn.clicked.connect(self._delete)
+        self.more_btn = QToolButton(text="More…")
+        self.more_btn.setToolTip("Level, move to a folder, restore from the trash, new skill")
+        self.more_btn.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.more_btn.clicked.connect(self._more)
+        usage_row = QHBoxLayout()
+        usage_row.addWidget(self.usage_label, 1)
+        usage_row.addWidget(self.always_box)
+        lay.addLayout(usage_row)
+        manage.addStretch(1)
+        for w in (self.disable_btn, self.delete_btn, self.more_btn):
+            w.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+            manage.addWidget(w)
+        lay.addLayout(manage)
         self.tabs = QTabWidget()
         self.view = QTextBrowser(objectName="SkillView")
         self.view.setOpenLinks(False)
@@ -144,11 +177,16 @@ class SkillDetail(QWidget):
         self.tabs.setCurrentWidget(self.view)
 
     def show_skill(self, skill: Skill | None) -> None:
+        if skill is not None and self.bank is not None and skill.scope == "user":
+            # a hand edit is versioned in the history, not in the file: show that version
+            skill = skill.copy(version=self.bank.effective_version(skill))
         self.skill = skill
         self.error_path = None
         has = skill is not None
         for w in (self.open_btn, self.folder_btn, self.tabs):
             w.setEnabled(has)
+        self.usage = self.usage_getter(skill) if has else None
+        self._show_usage()
         if skill is None:
             self.title.setText("Select a skill")
             self.info.setText("")
@@ -168,6 +206,54 @@ class SkillDetail(QWidget):
                 item = QListWidgetItem(theme.icon("skill"), rel)
                 item.setData(Qt.ItemDataRole.UserRole, str(skill.dir / rel))
                 self.files.addItem(item)
+
+    def set_usage(self, usage) -> None:
+        """The shown skill's usage (``SkillUsage`` or None) — the window passes it."""
+        self.usage = usage
+        self._show_usage()
+
+    def _show_usage(self) -> None:
+        skill, u = self.skill, self.usage
+        has = skill is not None
+        mine = has and skill.scope == "user"
+        for w in (self.disable_btn, self.always_box, self.more_btn):
+            w.setEnabled(has and self.actions is not None)
+        self.delete_btn.setEnabled(bool(mine) and self.actions is not None)
+        if not has:
+            self.usage_label.setText("")
+            return
+        uses = getattr(u, "uses", 0)
+        last = u.last_used[:10] if u is not None and u.last_used else "never"
+        changed = u.last_changed[:10] if u is not None and u.last_changed else "?"
+        parts = [f"Used {uses}×", f"last used {last}", f"changed {changed}"]
+        if u is not None and u.disabled:
+            parts.insert(0, "<b>Disabled</b>")
+        if u is not None and u.always_on:
+            parts.insert(0, "<b>Always applied</b>")
+        if u is not None and u.didnt_fit:
+            parts.append(f"didn't fit {u.didnt_fit}×")
+        self.usage_label.setText(" · ".join(parts))
+        disabled = bool(u is not None and u.disabled)
+        self.disable_btn.setText("Enable" if disabled else "Disable")
+        self.disable_btn.setIcon(theme.icon("play" if disabled else "pause"))
+        self.always_box.setChecked(bool(u is not None and u.always_on))
+
+    def _toggle_disabled(self) -> None:
+        if self.skill is not None and self.actions is not None:
+            self.actions.set_disabled(self.skill, not (self.usage and self.usage.disabled))
+
+    def _toggle_always(self, on: bool) -> None:
+        if self.skill is not None and self.actions is not None:
+            self.actions.set_always_on(self.skill, on)
+
+    def _delete(self) -> None:
+        if self.skill is not None and self.actions is not None:
+            self.actions.delete(self.skill)
+
+    def _more(self) -> None:
+        if self.skill is not None and self.actions is not None:
+            menu = self.actions.menu(self.skill, self)
+            menu.exec(self.more_btn.mapToGlobal(self.more_btn.rect().bottomLeft()))
 
     def shown_path(self) -> str | None:
         if self.skill is not None and self.skill.path is not None:
@@ -216,4 +302,6 @@ class SkillDetail(QWidget):
             self.status.emit(f"Revert failed: {message}")
             self.reload()
 
-        run_async(lambda: bank.revert(skill, version), done, failed)
+        desk = self.desk_getter()  # through the desk: it reindexes
+        fn = desk.revert if desk is not None else bank.revert
+        run_async(lambda: fn(skill, version), done, failed)

@@ -14,7 +14,8 @@ from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
@@ -76,6 +77,8 @@ class SkillTree(QWidget):
 
     selected = Signal(str)
     consolidate_requested = Signal()
+    review_requested = Signal()
+    context_requested = Signal(str, QPoint)  # a skill's path ("" elsewhere), global position
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -83,6 +86,7 @@ class SkillTree(QWidget):
         self.errors: list[LoadError] = []
         self.user = "default"
         self.session_marks: dict[str, str] = {}
+        self.usage: dict[str, object] = {}  # skill id -> SkillUsage (engine.desk_skills)
         self._expanded: set[str] = set()
         self._first = True
         lay = QVBoxLayout(self)
@@ -100,6 +104,13 @@ class SkillTree(QWidget):
         self.consolidate_btn.setToolTip("Merge near-duplicate skills and flag junk (undoable)")
         self.consolidate_btn.clicked.connect(self.consolidate_requested)
         head.addWidget(self.consolidate_btn)
+        self.review_btn = QToolButton(icon=theme.icon("review"), text="Review…")
+        self.review_btn.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonIconOnly)  # narrow pane
+        self.review_btn.setAutoRaise(True)
+        self.review_btn.setToolTip("Review… (Ctrl+R): skills not used lately, near-duplicates and junk, with "
+                                   "one-click disable / delete / merge")
+        self.review_btn.clicked.connect(self.review_requested)
+        head.addWidget(self.review_btn)
         lay.addLayout(head)
         self.filter = QLineEdit(placeholderText="Filter skills (name, tag, trigger)…")
         self.filter.setClearButtonEnabled(True)
@@ -113,6 +124,8 @@ class SkillTree(QWidget):
         self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         self.tree.setUniformRowHeights(True)
         self.tree.currentItemChanged.connect(self._on_current)
+        self.tree.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.tree.customContextMenuRequested.connect(self._on_context)
         self.tree.itemExpanded.connect(lambda it: self._expanded.add(it.data(0, GROUP_ROLE)))
         self.tree.itemCollapsed.connect(lambda it: self._expanded.discard(it.data(0, GROUP_ROLE)))
         lay.addWidget(self.tree, 1)
@@ -127,6 +140,10 @@ class SkillTree(QWidget):
         self.skills = skills
         self.user = user
         self.rebuild()
+
+    def set_usage(self, usage: dict) -> None:
+        """Uses, last use, disabled / always-on per skill id (shown on the next rebuild)."""
+        self.usage = dict(usage)
 
     def set_errors(self, errors: list[LoadError]) -> None:
         """The files that cannot be read; shown on the next rebuild (``set_skills`` follows)."""
@@ -165,15 +182,37 @@ class SkillTree(QWidget):
                 tag_item = self._group(lv_item, f"{key}/{level}/{tag}", f"{tag} ({len(group)})",
                                        "tag")
                 for s in sorted(group, key=lambda s: s.display_name.casefold()):
-                    item = QTreeWidgetItem(tag_item, [s.display_name, f"v{s.version}"])
-                    item.setData(0, PATH_ROLE, str(s.path))
-                    mark = badge(s, self.session_marks)
-                    item.setIcon(0, theme.icon(mark or ("common" if s.scope == "common"
-                                                        else "skill")))
-                    tip = f"<b>{s.display_name}</b> v{s.version}<br>{s.description}"
-                    if mark:
-                        tip += f"<br><i>{mark}</i>"
-                    item.setToolTip(0, tip)
+                    self._skill_item(tag_item, s)
+
+    def _skill_item(self, parent: QTreeWidgetItem, s: Skill) -> QTreeWidgetItem:
+        u = self.usage.get(s.id)
+        uses = getattr(u, "uses", 0)
+        right = f"v{s.version}" + (f" · {uses}×" if uses else "")
+        item = QTreeWidgetItem(parent, [s.display_name, right])
+        item.setData(0, PATH_ROLE, str(s.path))
+        mark = badge(s, self.session_marks)
+        icon = mark or ("common" if s.scope == "common" else "skill")
+        tip = f"<b>{s.display_name}</b> v{s.version}<br>{s.description}"
+        if mark:
+            tip += f"<br><i>{mark}</i>"
+        if u is not None:
+            last = u.last_used[:16].replace("T", " ") if u.last_used else "never"
+            changed = u.last_changed[:16].replace("T", " ") if u.last_changed else "?"
+            tip += (f"<br>Used {uses}× · last used {last} · last changed {changed}")
+            if u.always_on:
+                icon = "pin"
+                item.setText(1, f"always · {right}")
+                tip += "<br><i>always applied</i>"
+            if u.disabled:
+                icon = "disabled"
+                item.setText(1, f"off · {right}")
+                grey = QBrush(QColor(theme.colors()["muted"]))
+                item.setForeground(0, grey)
+                item.setForeground(1, grey)
+                tip += "<br><i>disabled: never used in answers or merged into</i>"
+        item.setIcon(0, theme.icon(icon))
+        item.setToolTip(0, tip)
+        return item
 
     def rebuild(self) -> None:
         current = self.current_path()
@@ -250,6 +289,15 @@ class SkillTree(QWidget):
                 self.tree.scrollToItem(item)
                 return True
         return False
+
+    def _on_context(self, pos: QPoint) -> None:
+        item = self.tree.itemAt(pos)
+        path = (item.data(0, PATH_ROLE) or "") if item is not None else ""
+        if item is not None and item.data(0, ERROR_ROLE):
+            path = ""
+        if path:
+            self.tree.setCurrentItem(item)
+        self.context_requested.emit(path, self.tree.viewport().mapToGlobal(pos))
 
     def _on_current(self, item: QTreeWidgetItem | None, _prev) -> None:
         if item is not None and item.data(0, PATH_ROLE):

@@ -9,6 +9,7 @@ at any point loses no version that ever became current.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +43,15 @@ class History:
     def _dir(self, skill_id: str) -> Path:
         return self.root / check_component(skill_id, "skill id")
 
-    def record(self, skill_id: str, version: str, text: str) -> Path:
-        """Store ``text`` as ``version``; identical content already stored is not duplicated."""
+    def record(self, skill_id: str, version: str, text: str, *,
+               note: dict[str, str] | None = None) -> Path:
+        """Store ``text`` as ``version``; identical content already stored is not duplicated.
+
+        ``note`` (``source``/``updated``) describes a version whose text SkillDesk did not
+        write — a hand edit, recorded as the user saved it, whose front-matter still names the
+        previous writer. It is kept beside the entry (``<version>.note.json``) and wins over
+        the text's own ``metadata.source``/``updated`` in :meth:`versions`.
+        """
         d = self._dir(skill_id)
         data = text.encode("utf-8")
         target = d / f"{check_component(version, 'version')}.md"
@@ -53,6 +61,8 @@ class History:
                 return target
             n += 1
             target = d / f"{version}+{n}.md"
+        if note:
+            atomic_write(target.with_suffix(".note.json"), json.dumps(note))
         atomic_write(target, data)
         return target
 
@@ -72,8 +82,43 @@ class History:
                 source, updated = s.source, s.updated
             except SkillFormatError:
                 source, updated = "?", ""
+            note = self._note(path)
+            source, updated = note.get("source") or source, note.get("updated") or updated
             out.append(Version(name[:-3], source, updated, path, sha256_bytes(data)))
         return out
+
+    @staticmethod
+    def _note(path: Path) -> dict[str, str]:
+        try:
+            note = json.loads(path.with_suffix(".note.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return note if isinstance(note, dict) else {}
+
+    def version_of(self, skill_id: str, content_hash: str | None) -> str | None:
+        """The version a hand edit with this content was recorded as (None: not a recorded hand
+        edit). Reads only the small notes, so listing a big bank stays cheap."""
+        if not content_hash:
+            return None
+        try:
+            names = [e.name for e in os.scandir(self._dir(skill_id))
+                     if e.name.endswith(".note.json")]
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        found = None
+        for name in sorted(names, key=lambda n: _sort_key(n[:-10])):
+            if self._note(self._dir(skill_id) / f"{name[:-10]}.md").get(
+                    "content_hash") == content_hash:
+                found = name[:-10]
+        return found.split("+")[0] if found else None
+
+    def move(self, old_id: str, new_id: str) -> None:
+        """A skill's id changed (moved, and its file names no id): its versions follow it."""
+        if old_id == new_id:
+            return
+        src, dst = self._dir(old_id), self._dir(new_id)
+        if src.is_dir() and not dst.exists():
+            os.rename(src, dst)
 
     def text(self, skill_id: str, version: str) -> str:
         for v in self.versions(skill_id):

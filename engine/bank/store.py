@@ -247,7 +247,7 @@ class SkillBank:
             if actual != expected_hash:
                 raise ConflictError(str(path), expected_hash, actual)
             new = skill.copy(scope=scope, owner=owner, name=path.parent.name,
-                             version=bump_version(skill.version, bump) if bump else skill.version,
+                             version=self.next_version(skill, bump) if bump else skill.version,
                              updated=now_iso(), source=source)
             return self._commit(new, path, expected_hash=expected_hash)
 
@@ -268,29 +268,50 @@ class SkillBank:
     def record_hand_edit(self, path: str | os.PathLike) -> Skill | None:
         """A SKILL.md changed outside SkillDesk: keep it as a new version marked as the user's.
 
+        The file itself is never touched (issue 18: rewriting it right after a save made every
+        editor that checks the file's time warn "changed since reading it" on the next save).
+        The exact bytes the user saved go into the history under the next free version — the
+        user's own ``version:`` when they raised it, else the latest recorded one + 1 patch —
+        with a note saying it is a user edit. The id, the version and the provenance in the
+        file catch up only when SkillDesk itself next writes the skill (see :meth:`write`).
         If the content is already in the history (our own write, or a revert to a known
-        version) nothing happens. If the user did not raise the version themselves, the patch
-        version is bumped in the file (same optimistic check: a save racing us wins).
-        Returns the recorded skill, or None when there was nothing new.
+        version) nothing happens. Returns the recorded skill, or None when nothing was new.
         """
         path = Path(path)
         skill = self.read(path)
         if skill.scope != "user" or self.history.has_content(skill.id, skill.content_hash or ""):
             return None
+        version = _semver(skill.version)
         latest = self.history.latest(skill.id)
-        needs_bump = latest is not None and parse_version(skill.version) <= parse_version(
-            latest.version.split("+")[0])
-        if not needs_bump:
-            with self._locked(path.parent):
-                if file_hash(path) != skill.content_hash:
-                    return None  # changed again; the next event records it
-                self.history.record(skill.id, _semver(skill.version), path.read_text("utf-8"))
-            return skill
-        skill.version = latest.version.split("+")[0]
-        try:
-            return self.write(skill, expected_hash=skill.content_hash, source="user-edit")
-        except ConflictError:
-            return None
+        if latest is not None:
+            recorded = latest.version.split("+")[0]
+            if parse_version(version) <= parse_version(recorded):
+                version = bump_version(recorded)
+        with self._locked(path.parent):
+            data = path.read_bytes()
+            if sha256_bytes(data) != skill.content_hash:
+                return None  # changed again; the next event records it
+            self.history.record(skill.id, version, data.decode("utf-8"),
+                                note={"source": "user-edit", "updated": now_iso(),
+                                      "content_hash": skill.content_hash or ""})
+        return skill.copy(version=version, source="user-edit")
+
+    def effective_version(self, skill: Skill) -> str:
+        """The version to show for ``skill``: a hand edit's recorded version (the file still
+        names the one before it, see :meth:`record_hand_edit`), else the file's."""
+        return self.history.version_of(skill.id, skill.content_hash) or skill.version
+
+    def next_version(self, skill: Skill, bump: str | None = "patch") -> str:
+        """The version a write of ``skill`` gets: past the file's and the history's newest.
+
+        A hand edit is recorded in the history without touching the file, so the file may
+        name an older version than the history holds; a write continues from the newer one.
+        """
+        base = _semver(skill.version)
+        latest = self.history.latest(skill.id)
+        if latest is not None:
+            base = max(base, latest.version.split("+")[0], key=parse_version)
+        return bump_version(base, bump) if bump else base
 
     def revert(self, skill: Skill, to_version: str) -> Skill:
         """A new version whose content equals ``to_version`` (nothing is ever rewound)."""

@@ -40,12 +40,14 @@ class ImportSummary:
     skipped: list[Skipped] = field(default_factory=list)
     seconds: float = 0.0
     actions: list[tuple[str, Action]] = field(default_factory=list)  # (item source, action)
+    cancelled: bool = False  # stopped by the user between two items (the rest resumes later)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "read": self.read, "processed": self.processed,
                 "already_imported": self.already, "added": self.counts["add"],
                 "merged": self.counts["merge"], "discarded": self.counts["discard"],
                 "errors": self.counts["error"], "seconds": round(self.seconds, 2),
+                "cancelled": self.cancelled,
                 "skipped": [{"source": s.source, "reason": s.reason} for s in self.skipped],
                 "skills": [{"source": src, "action": a.kind, "title": a.skill.title,
                             "path": str(a.skill.path)}
@@ -61,6 +63,20 @@ def read_items(kind: str, path: str) -> tuple[list[Item], list[Skipped]]:
     if kind == "trajectories":
         return importers.read_trajectories(path)
     raise SkillDeskError(f"unknown import kind {kind!r}; use one of {', '.join(KINDS)}")
+
+
+def preview(kind: str, path: str) -> dict[str, Any]:
+    """What an import of ``path`` would read, without learning anything (``--dry-run``):
+    ``{"conversations"|"documents"|"trajectories": N, "messages": N, "skipped": [...]}``."""
+    items, skipped = read_items(kind, path)
+    out: dict[str, Any] = {kind: len(items)}
+    if kind == "conversations":
+        out["messages"] = sum(len(i.messages) for i in items)
+        out["user_messages"] = sum(1 for i in items for m in i.messages if m["role"] == "user")
+    out["skipped"] = [{"source": s.source, "reason": s.reason} for s in skipped]
+    out["items"] = [{"source": i.source, "title": i.title,
+                     "messages": len(i.messages)} for i in items]
+    return out
 
 
 _BULLET = re.compile(r"^\s*(?:[-*+•]|\d+[.)])\s+(.*\S)")
@@ -107,8 +123,12 @@ class ImportTarget(Protocol):
 
 
 def run_import(desk: ImportTarget, kind: str, path: str, *, progress: Progress | None = None,
-               require_success: bool = True, limit: int | None = None) -> ImportSummary:
-    """Import everything under ``path`` into the desk's bank; see the module docstring."""
+               require_success: bool = True, limit: int | None = None,
+               cancel: Callable[[], bool] | None = None) -> ImportSummary:
+    """Import everything under ``path`` into the desk's bank; see the module docstring.
+
+    ``cancel()`` is asked before each item: True stops there (what was absorbed stays
+    absorbed and is in the ledger; running the import again continues with the rest)."""
     t0 = time.perf_counter()
     items, skipped = read_items(kind, path)
     summary = ImportSummary(kind, read=len(items), skipped=list(skipped))
@@ -117,10 +137,15 @@ def run_import(desk: ImportTarget, kind: str, path: str, *, progress: Progress |
     summary.already = len(items) - len(todo)
     if limit is not None:
         todo = todo[:limit]
-    pipeline = desk.pipeline() if todo else None
+    pipeline = None  # built at the first item: a cancelled or empty import loads no model
     for n, item in enumerate(todo, 1):
+        if cancel is not None and cancel():
+            summary.cancelled = True
+            break
         if progress:
             progress(n - 1, len(todo), item.source)
+        if pipeline is None:
+            pipeline = desk.pipeline()
         actions = _process(pipeline, kind, item, require_success)
         for a in actions:
             summary.counts[a.kind] += 1
@@ -129,7 +154,7 @@ def run_import(desk: ImportTarget, kind: str, path: str, *, progress: Progress |
         if not any(a.kind == "error" for a in actions):  # errors are retried next time
             ledger.mark(item.key, {"source": item.source, "time": time.time(),
                                    "actions": [a.kind for a in actions]})
-    if progress:
+    if progress and not summary.cancelled:
         progress(len(todo), len(todo), "done")
     summary.seconds = time.perf_counter() - t0
     return summary

@@ -4,8 +4,11 @@ Liberal in what it accepts, explicit about what it skipped:
 
 - conversations (``.json`` / ``.jsonl``, a file or a folder): a list of messages, a
   ``{"messages": [...]}`` wrapper, a list of either, ShareGPT (``{"conversations": [{"from",
-  "value"}]}``), ChatGPT's ``conversations.json`` export (``mapping`` trees), content given as a
-  string or as a list of ``{"type": "text", "text": ...}`` parts;
+  "value"}]}``), ChatGPT's ``conversations.json`` export (``mapping`` trees), Claude's export
+  (``chat_messages`` with ``sender``), Open WebUI's export (``chat.messages`` or the
+  ``chat.history`` tree), the AutoSkill web UI's session export (``{"sessions": [{"state":
+  {"messages": [...]}}]}``), content given as a string or as a list of ``{"type": "text",
+  "text": ...}`` parts;
 - documents (``.md`` / ``.markdown`` / ``.txt``): split into heading-aware sections;
 - trajectories (``.json`` / ``.jsonl``): handed to :mod:`engine.imports.trajectories`.
 
@@ -118,9 +121,12 @@ def _content_text(content: Any) -> str:
 def _message(obj: Any) -> dict[str, str] | None:
     if not isinstance(obj, dict):
         return None
-    role = obj.get("role") or obj.get("from") or (obj.get("author") or {}).get("role")
+    author = obj.get("author") if isinstance(obj.get("author"), dict) else {}
+    role = obj.get("role") or obj.get("from") or author.get("role") or obj.get("sender")
     role = ROLE_ALIASES.get(str(role or "").lower())
     text = _content_text(obj.get("content", obj.get("value", obj.get("text"))))
+    if not text.strip() and isinstance(obj.get("text"), str):  # Claude: content [] + text
+        text = obj["text"]
     if role is None or not text.strip():
         return None
     return {"role": role, "content": text}
@@ -129,17 +135,56 @@ def _message(obj: Any) -> dict[str, str] | None:
 def _messages(value: Any) -> list[dict[str, str]] | None:
     """The messages of one conversation in any accepted shape, or None if it is not one."""
     if isinstance(value, dict):
-        for key in ("messages", "conversations", "conversation", "chat", "turns"):
-            if isinstance(value.get(key), list):
-                return _messages(value[key])
+        for key in ("messages", "conversations", "conversation", "chat", "turns",
+                    "chat_messages"):  # the last: Claude's export
+            if isinstance(value.get(key), list) and (found := _messages(value[key])):
+                return found
         if isinstance(value.get("mapping"), dict):
             return _chatgpt_mapping(value)
+        for key in ("state", "chat"):  # AutoSkill web-UI session; Open WebUI export
+            if isinstance(value.get(key), dict) and (found := _messages(value[key])):
+                return found
+        history = value.get("history")
+        if isinstance(history, dict) and isinstance(history.get("messages"), dict):
+            return _tree_messages(history)  # Open WebUI keeps the branches as a tree
+        trace = value.get("trace")  # an AutoSkill session whose state lost its messages
+        if isinstance(trace, dict) and isinstance(trace.get("turns"), list):
+            appended = [m for t in trace["turns"] if isinstance(t, dict)
+                        and isinstance(t.get("chat_append"), list) for m in t["chat_append"]]
+            return _messages(appended) if appended else None
         return None
     if isinstance(value, list) and value and all(isinstance(m, dict) for m in value):
         msgs = [m for m in (_message(x) for x in value) if m]
         if msgs and len(msgs) * 2 >= len(value):  # mostly messages: a conversation
             return msgs
     return None
+
+
+def _tree_messages(history: dict) -> list[dict[str, str]] | None:
+    """Open WebUI's ``history``: ``{"messages": {id: {parentId, role, content}}, "currentId"}``;
+    the branch that ends at ``currentId`` (the one the user last saw)."""
+    nodes = history["messages"]
+    node = history.get("currentId")
+    if node not in nodes:
+        node = next((k for k, v in nodes.items()
+                     if isinstance(v, dict) and not v.get("childrenIds")), None)
+    chain, seen = [], set()
+    while node in nodes and node not in seen and isinstance(nodes[node], dict):
+        seen.add(node)
+        chain.append(nodes[node])
+        node = nodes[node].get("parentId")
+    msgs = [m for m in (_message(n) for n in reversed(chain)) if m]
+    return msgs or None
+
+
+def _empty_reason(conv: Any) -> str:
+    """Why a conversation-shaped value holds nothing to learn from."""
+    if isinstance(conv, dict):
+        state = conv.get("state") if isinstance(conv.get("state"), dict) else conv
+        for key in ("messages", "chat_messages"):
+            if isinstance(state.get(key), list) and not state[key]:
+                return "empty conversation (no messages)"
+    return "not a conversation (no role/content messages)"
 
 
 def _chatgpt_mapping(conv: dict) -> list[dict[str, str]]:
@@ -170,6 +215,9 @@ def read_conversations(path: str | os.PathLike) -> tuple[list[Item], list[Skippe
         single = _messages(value)
         if single is not None:
             convs = [(pos, value)]
+        elif isinstance(value, dict) and isinstance(value.get("sessions"), list):
+            # the AutoSkill web UI's export: {"sessions": [{"id", "meta", "state": {...}}]}
+            convs = [(f"{pos} session {i}".strip(), v) for i, v in enumerate(value["sessions"])]
         elif isinstance(value, list):
             convs = [(f"{pos} item {i}".strip(), v) for i, v in enumerate(value)]
         else:
@@ -178,16 +226,23 @@ def read_conversations(path: str | os.PathLike) -> tuple[list[Item], list[Skippe
             msgs = _messages(conv)
             src = f"{f}{' ' + where if where else ''}"
             if not msgs:
-                skipped.append(Skipped(src, "not a conversation (no role/content messages)"))
+                skipped.append(Skipped(src, _empty_reason(conv)))
                 continue
             if not any(m["role"] == "user" for m in msgs):
                 skipped.append(Skipped(src, "no user messages"))
                 continue
             digest = sha256_bytes(json.dumps(msgs, ensure_ascii=False).encode())[:16]
-            title = conv.get("title", "") if isinstance(conv, dict) else ""
+            title = _title(conv)
             items.append(Item(key=f"conv:{digest}", source=src, messages=msgs,
                               title=str(title or "")))
     return items, skipped
+
+
+def _title(conv: Any) -> str:
+    if not isinstance(conv, dict):
+        return ""
+    meta = conv.get("meta") if isinstance(conv.get("meta"), dict) else {}
+    return str(conv.get("title") or conv.get("name") or meta.get("title") or "")
 
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")

@@ -10,7 +10,8 @@ from engine.bank.skill import Skill
 from engine.learning.candidate import Candidate
 
 ACTION_KINDS = ("add", "merge", "discard", "error")
-EVENT_KINDS = ("queued", "running", "add", "merge", "discard", "error", "done", "undo")
+EVENT_KINDS = ("queued", "running", "add", "merge", "discard", "error", "done", "undo",
+               "feedback", "disable", "enable")  # the last three: the user's, via desk.feedback
 
 
 @dataclass

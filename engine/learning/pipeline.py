@@ -292,8 +292,10 @@ class Pipeline:
                     log.warning("evolution: could not record the hand edit: %s", exc)
                 continue
             self._refresh(written)
+            # a hand edit is recorded in the history under its own version while the file
+            # still names the one before it: undo must return to the hand edit
             return Action("merge", skill=written, candidate=c, step="write", reason=reason,
-                          previous_version=existing.version, notes=notes)
+                          previous_version=self.bank.effective_version(existing), notes=notes)
         return Action("error", skill=target, candidate=c, step="merge",
                       reason=f"{target.title} kept changing on disk; the merge was not written")
 

@@ -332,6 +332,13 @@ class LearningQueue:
                                          f"{report.llm_calls} model calls)"))
 
     # ------------------------------------------------------------------------ events
+    def note(self, kind: str, **fields: Any) -> LearningEvent:
+        """Log an event that is not a learning job's (the user's "didn't fit" feedback, a
+        skill disabled from it): it joins the log and reaches the subscribers like any other."""
+        ev = LearningEvent(self._event_id(), kind, **fields)
+        self._emit(ev)
+        return ev
+
     def _event_id(self) -> str:
         return f"e{next(self._ids)}-{int(time.time() * 1000) % 10**8}"
 
