@@ -47,6 +47,7 @@ def create_window(args: Any = None, settings: Settings | None = None,
     session = Session(settings, bank_dir=getattr(args, "bank", None))
     window = MainWindow(session, qsettings)
     session.start(engine=engine)
+    window.show_notices(session.notices())
     window.first_run = first_run or session.starter_created
     if first_run:
         settings.save()

@@ -12,6 +12,7 @@ One connection per store, guarded by a lock, so a store may be used from several
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -21,11 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import NotFoundError
+from engine.errors import NotFoundError, SkillDeskError
 from engine.fsutil import atomic_write
 from engine.settings import home_dir
 
+log = logging.getLogger(__name__)
+
 DB_NAME = "conversations.sqlite3"
+QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
 ROLES = ("system", "user", "assistant")
 DEFAULT_TITLE = "New chat"
 
@@ -85,6 +89,15 @@ class SearchHit:
     snippet: str
 
 
+def _meta(text: Any) -> dict[str, Any]:
+    """A row's ``meta`` column; a damaged value reads as empty (the message itself is kept)."""
+    try:
+        value = json.loads(text or "{}")
+    except (ValueError, TypeError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def default_path() -> Path:
     return home_dir() / DB_NAME
 
@@ -118,16 +131,60 @@ class ConversationStore:
         self.path = Path(path) if path else default_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False,
-                                   isolation_level=None, timeout=10)
-        self._db.row_factory = sqlite3.Row
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
+        self.notice = ""  # set when a damaged file was kept aside; the app shows it once
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            kept = self._keep_aside()
+            self._db = self._open()
+            self.notice = (f"The chat history could not be read ({str(exc)[:100]}); it was kept "
+                           f"as {kept.name} and a new, empty history was started.")
+            log.warning("%s", self.notice)
+
+    def _open(self) -> sqlite3.Connection:
+        """Connect, set up and check the file: a damaged one raises sqlite3.DatabaseError."""
+        db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
+                             timeout=10)
+        try:
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA journal_mode=WAL")
             # WAL + NORMAL: never corrupt, no fsync per message (the app writes on its GUI
             # thread); only an OS crash can lose the newest messages, never the file.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.executescript(_SCHEMA)
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(_SCHEMA)
+            # the columns we read, and (for files of ordinary size: ~0.1 s per 10 MB) every page
+            db.execute("SELECT id, title, created, updated, deleted_at, learning_paused, meta "
+                       "FROM conversations LIMIT 1").fetchall()
+            db.execute("SELECT id, conversation_id, role, content, created, meta FROM messages "
+                       "LIMIT 1").fetchall()
+            if self.path.stat().st_size <= QUICK_CHECK_MAX_BYTES:
+                ok = db.execute("PRAGMA quick_check(1)").fetchone()
+                if ok is None or ok[0] != "ok":
+                    raise sqlite3.DatabaseError(f"integrity check: {ok[0] if ok else 'failed'}")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _keep_aside(self) -> Path:
+        """Rename the damaged file (and its -wal/-shm companions) beside itself; never delete."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        kept = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        n = 2
+        while kept.exists():
+            kept = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{n}")
+            n += 1
+        try:
+            os.rename(self.path, kept)
+            for suffix in ("-wal", "-shm"):
+                side = self.path.with_name(self.path.name + suffix)
+                if side.exists():
+                    os.rename(side, kept.with_name(kept.name + suffix))
+        except OSError as exc:
+            raise SkillDeskError(f"the chat history {self.path} is damaged and cannot be moved "
+                                 f"aside ({exc.strerror or exc})") from None
+        return kept
 
     def close(self) -> None:
         with self._lock:
@@ -150,14 +207,14 @@ class ConversationStore:
         return Conversation(
             id=row["id"], title=row["title"], created=row["created"], updated=row["updated"],
             deleted_at=row["deleted_at"], learning_paused=bool(row["learning_paused"]),
-            meta=json.loads(row["meta"] or "{}"),
+            meta=_meta(row["meta"]),
             message_count=row["n"] if "n" in keys else 0)
 
     @staticmethod
     def _msg(row: sqlite3.Row) -> Message:
         return Message(id=row["id"], conversation_id=row["conversation_id"], role=row["role"],
                        content=row["content"], created=row["created"],
-                       meta=json.loads(row["meta"] or "{}"))
+                       meta=_meta(row["meta"]))
 
     def _touch(self, conversation_id: str) -> None:
         self._exec("UPDATE conversations SET updated=? WHERE id=?", (time.time(), conversation_id))
