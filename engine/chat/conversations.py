@@ -11,6 +11,7 @@ One connection per store, guarded by a lock, so a store may be used from several
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -18,18 +19,21 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import NotFoundError, SkillDeskError
+from engine.errors import ChatHistoryError, NotFoundError, SkillDeskError
 from engine.fsutil import atomic_write
 from engine.settings import home_dir
 
 log = logging.getLogger(__name__)
 
 DB_NAME = "conversations.sqlite3"
-QUICK_CHECK_MAX_BYTES = 64 * 1024 * 1024
+# integrity_check (pages, and indexes against their tables) reads the whole file: ~0.2 s per
+# 10 MB here. A larger history is checked by use: damage found later raises ChatHistoryError.
+CHECK_MAX_BYTES = 32 * 1024 * 1024
 ROLES = ("system", "user", "assistant")
 DEFAULT_TITLE = "New chat"
 
@@ -89,6 +93,28 @@ class SearchHit:
     snippet: str
 
 
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _guarded(fn: Callable) -> Callable:
+    """Damage SQLite finds while reading (a bad page the check at open missed, a full disk)
+    becomes ChatHistoryError, one line; the caller shows it instead of crashing."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (sqlite3.DatabaseError, sqlite3.DataError) as exc:
+            if isinstance(exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError)):
+                raise
+            raise ChatHistoryError(f"the chat history cannot be read or written "
+                                   f"({str(exc).splitlines()[0][:120] if str(exc) else 'error'})"
+                                   ) from None
+
+    return wrapper
+
+
 def _meta(text: Any) -> dict[str, Any]:
     """A row's ``meta`` column; a damaged value reads as empty (the message itself is kept)."""
     try:
@@ -137,7 +163,8 @@ class ConversationStore:
         except sqlite3.DatabaseError as exc:
             kept = self._keep_aside()
             self._db = self._open()
-            self.notice = (f"The chat history could not be read ({str(exc)[:100]}); it was kept "
+            why = " ".join(str(exc).split())[:100]
+            self.notice = (f"The chat history could not be read ({why}); it was kept "
                            f"as {kept.name} and a new, empty history was started.")
             log.warning("%s", self.notice)
 
@@ -147,6 +174,7 @@ class ConversationStore:
                              timeout=10)
         try:
             db.row_factory = sqlite3.Row
+            db.text_factory = _text  # a damaged text cell reads with U+FFFD, never raises
             db.execute("PRAGMA journal_mode=WAL")
             # WAL + NORMAL: never corrupt, no fsync per message (the app writes on its GUI
             # thread); only an OS crash can lose the newest messages, never the file.
@@ -158,8 +186,8 @@ class ConversationStore:
                        "FROM conversations LIMIT 1").fetchall()
             db.execute("SELECT id, conversation_id, role, content, created, meta FROM messages "
                        "LIMIT 1").fetchall()
-            if self.path.stat().st_size <= QUICK_CHECK_MAX_BYTES:
-                ok = db.execute("PRAGMA quick_check(1)").fetchone()
+            if self.path.stat().st_size <= CHECK_MAX_BYTES:
+                ok = db.execute("PRAGMA integrity_check(1)").fetchone()
                 if ok is None or ok[0] != "ok":
                     raise sqlite3.DatabaseError(f"integrity check: {ok[0] if ok else 'failed'}")
         except BaseException:
@@ -362,7 +390,9 @@ class ConversationStore:
         names = {"user": "You", "assistant": "Assistant", "system": "System"}
         for m in self.messages(conversation_id):
             out += [f"## {names.get(m.role, m.role)}", "", m.content.rstrip(), ""]
-            skills = m.meta.get("injected") or []
+            injected = m.meta.get("injected")
+            skills = [x for x in injected if isinstance(x, dict)] if isinstance(
+                injected, list) else []
             if skills:
                 used = ", ".join(f"{s.get('name')} v{s.get('version')}" for s in skills)
                 out += [f"*Skills used: {used}*", ""]
@@ -377,3 +407,8 @@ class ConversationStore:
             text = self.export_markdown(conversation_id)
         atomic_write(p, text)
         return p
+
+
+for _name, _fn in list(vars(ConversationStore).items()):
+    if callable(_fn) and not _name.startswith("_") and _name != "close":
+        setattr(ConversationStore, _name, _guarded(_fn))
