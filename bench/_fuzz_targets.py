@@ -590,3 +590,85 @@ def readers() -> list[Reader]:
                 lambda lines: b"\n".join(lines)))),
         Reader("chat database", target_conversations_db, db_files()),
     ]
+
+
+# ----------------------------------------------------------------------------- a hostile bank
+def hostile_files() -> dict[str, bytes]:
+    """Over thirty SKILL.md files a hostile or careless sharer could send, by folder name."""
+    head = b"---\nname: x\ndescription: d\n"
+    block = ["---", "name: deep-block", "tags:"] + ["  " * (i + 1) + "-" for i in range(600)]
+    bomb = (b"---\nname: bomb\na: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+            b"c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+            b"e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nexamples: *e\n---\nbody\n")
+    return {
+        "deep-flow-100k": b"---\nname: n\nexamples: " + b"[" * 100_000 + b"]" * 100_000
+                          + b"\n---\nbody\n",
+        "deep-flow-5000": b"---\nname: n\nmetadata:\n  tags: " + b"[" * 5000 + b"]" * 5000
+                          + b"\n---\nbody\n",
+        "deep-map-3000": b"---\nname: n\nmetadata: " + b"{a: " * 3000 + b"1" + b"}" * 3000
+                         + b"\n---\nbody\n",
+        "deep-block-600": ("\n".join(block) + "\n---\nbody\n").encode(),
+        "recursive-alias": b"---\nname: r\nmetadata: &m {k: *m}\n---\nbody\n",
+        "billion-laughs": bomb,
+        "python-tag": b"---\nname: !!python/object/apply:os.system ['touch /tmp/pwned']\n---\nb\n",
+        "binary": bytes(range(256)) * 40,
+        "invalid-utf8": head + b"title: caf\xe9\n---\nbody\n",
+        "mostly-nul": b"\x00" * 5000,
+        "too-large": head + b"---\n" + b"x" * (1024 * 1024 + 10),
+        "no-front-matter": b"# Just a heading\nSome text.\n",
+        "unclosed": b"---\nname: x\ndescription: never closed\n",
+        "empty": b"",
+        "bom-only": b"\xef\xbb\xbf",
+        "front-matter-list": b"---\n- a\n- b\n---\nbody\n",
+        "front-matter-scalar": b"---\njust text\n---\nbody\n",
+        "bad-indent": b"---\nname: x\n  description: y\n z: [\n---\nbody\n",
+        "tab-indent": b"---\nname: x\nmetadata:\n\ttags: [a]\n---\nbody\n",
+        "colon-in-value": b"---\nname: x\ndescription: Start with: a bottom line: now\n---\nb\n",
+        "name-list": b"---\nname: [a, b]\ndescription: d\n---\nbody\n",
+        "name-mapping": b"---\nname: {first: a}\n---\nbody\n",
+        "name-too-long": b"---\nname: " + b"n" * 300 + b"\n---\nbody\n",
+        "description-list": b"---\nname: x\ndescription: [a, b]\n---\nbody\n",
+        "tags-mapping": b"---\nname: x\ntags: {a: 1}\n---\nbody\n",
+        "triggers-nested": b"---\nname: x\ntriggers: [[a, b], c]\n---\nbody\n",
+        "metadata-string": b"---\nname: x\nmetadata: hello\n---\nbody\n",
+        "metadata-version-list": b"---\nname: x\nmetadata:\n  version: [1, 2]\n---\nbody\n",
+        "allowed-tools-mapping": b"---\nname: x\nallowed-tools: {bash: yes}\n---\nbody\n",
+        "license-list": b"---\nname: x\nlicense: [MIT]\n---\nbody\n",
+        "unhashable-key": b"---\n? [a, b]\n: c\nname: x\n---\nbody\n",
+        "wide-100k-values": b"---\nname: w\nexamples: [" + b"1," * 30_000 + b"1]\n---\nb\n",
+        "huge-string-tag": b"---\nname: x\ntags: [" + b"t" * 900_000 + b"]\n---\nbody\n",
+        "huge-description": b"---\nname: x\ndescription: " + b"d " * 100_000 + b"\n---\nb\n",
+    }
+
+
+GOOD_SKILLS = {
+    "tldr-first": GOOD_SKILL,
+    "french-replies": b"---\nname: french-replies\ndescription: Answer in French.\n---\n"
+                      b"# Goal\nReply in French unless asked otherwise.\n",
+    "sql-style": b"---\nname: sql-style\ndescription: Uppercase SQL keywords, one clause a line."
+                 b"\nmetadata:\n  version: 1.2.0\n  level: atomic\n  tags:\n  - sql\n---\n"
+                 b"# Goal\nFormat SQL.\n",
+    "legacy-autoskill": b"---\nid: 5d2f\nname: Weekly report\ndescription: Weekly reports in "
+                        b"three parts.\nversion: 0.1.3\ntags: [reporting]\ntriggers: [weekly "
+                        b"report]\n---\n# Weekly report\n\n## Prompt\n\nUse Progress, Risks, "
+                        b"Next week.\n",
+    "numbers-and-dates": b"---\nname: dated\ndescription: 2024\nmetadata:\n  version: 1.0\n"
+                         b"  created: 2024-01-01\n---\nbody\n",
+}
+
+
+def build_hostile_bank(bank: Path, *, real: int = 10) -> tuple[list[str], list[str]]:
+    """A bank of every hostile file above plus good skills (``real`` of them from the corpus,
+    when it is there). Returns ``(good folder names, hostile folder names)``."""
+    users = bank / "Users" / "default"
+    good = dict(GOOD_SKILLS)
+    corpus = CORPORA / "autoskill-dev"
+    if corpus.is_dir() and real:
+        files = sorted(corpus.rglob("SKILL.md"))
+        for f in files[:: max(1, len(files) // real)][:real]:
+            good[f"real-{f.parent.name}"[:60]] = f.read_bytes()
+    for name, data in [*good.items(), *hostile_files().items()]:
+        d = users / name if name in good else bank / "Common" / "shared-zip" / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "SKILL.md").write_bytes(data)
+    return sorted(good), sorted(hostile_files())

@@ -50,6 +50,8 @@ MAX_DESCRIPTION = 1024
 MAX_DEPTH = 32
 MAX_VALUES = 20_000  # scalars + collections, counted after aliases are expanded
 MAX_NAME = 256  # name, title, id, version, level: one line each
+MAX_ITEM = 1000  # one tag / trigger (the corpus's longest trigger: 162 characters)
+MAX_DESCRIPTION_READ = 16_384  # longer is not a description (the corpus's longest: 1,130)
 _SCALARS = (str, int, float, bool, _dt.date, _dt.datetime)
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -182,10 +184,10 @@ def _str_list(value: Any, key: str = "", path: str | None = None) -> list[str]:
                 raise SkillFormatError(f"'{key}' must be a list of texts, but holds "
                                        f"{_kind(v)}", path)
             if str(v).strip():
-                out.append(str(v))
+                out.append(_text(key, v, path, MAX_ITEM))
         return out
     if isinstance(value, _SCALARS):
-        return [str(value)]
+        return [_text(key, value, path, MAX_ITEM)]
     raise SkillFormatError(f"'{key}' must be a list of texts, not {_kind(value)}", path)
 
 
@@ -232,7 +234,8 @@ def parse(data: bytes | str, path: str | Path | None = None, *, scope: str = "us
     name = _text("name", front.get("name"), spath, MAX_NAME).strip() or folder
     if not name:
         raise SkillFormatError("front-matter has no 'name'", spath)
-    description = _text("description", front.get("description"), spath).strip()
+    description = _text("description", front.get("description"), spath,
+                        MAX_DESCRIPTION_READ).strip()
     if not description:
         first = next((ln.strip() for ln in instructions.splitlines()
                       if ln.strip() and not ln.lstrip().startswith("#")), "")
