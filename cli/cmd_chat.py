@@ -109,6 +109,8 @@ def _repl(desk, args, learn: bool) -> int:
     from engine.chat.conversations import ConversationStore
 
     store = ConversationStore()
+    if store.notice:
+        print(f"skilldesk: warning: {store.notice}", file=sys.stderr)
     conv = store.new()
     notes: queue.Queue[str] = queue.Queue()
 

@@ -14,6 +14,7 @@ import sys
 
 from engine import __version__
 from engine.errors import SkillDeskError
+from engine.settings import Settings
 
 # Subcommand modules, in --help order.
 COMMANDS = ["chat", "search", "index", "skills", "import_", "consolidate", "serve", "models",
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None) or _open_app
+    if func is not _open_app:  # the app shows these in its window
+        for problem in Settings.load().problems:  # said once per command, not per load
+            print(f"skilldesk: warning: {problem}", file=sys.stderr)
     try:
         return int(func(args) or 0)
     except KeyboardInterrupt:

@@ -50,6 +50,7 @@ def create_window(args: Any = None, settings: Settings | None = None,
                       **({"opener": opener} if opener is not None else {}))
     window = MainWindow(session, qsettings)
     session.start(engine=engine)
+    window.show_notices(session.notices())
     window.first_run = first_run or session.starter_created
     if first_run:
         settings.save()

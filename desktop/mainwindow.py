@@ -105,8 +105,27 @@ class MainWindow(QMainWindow):
         self.learn_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.learn_button.setAutoRaise(True)
         self.learn_button.clicked.connect(lambda: self.right.setCurrentWidget(self.learning))
+        # what could not be used at start (a broken settings file, a damaged chat history)
+        self.notice_label = QLabel("")
+        self.notice_label.setObjectName("startupNotice")
+        self.notice_label.hide()
+        sb.addWidget(self.notice_label)
         for w in (self.speed_label, self.model_label, self.learn_button):
             sb.addPermanentWidget(w)
+
+    def show_notices(self, notices: list[str]) -> None:
+        """Say once, at start, what SkillDesk could not use and what it did instead.
+
+        The first notice is shown as a toast; all of them stay in the status bar (full text in
+        its tooltip) so a notice hidden by a later toast is not lost.
+        """
+        if not notices:
+            return
+        more = f" (+{len(notices) - 1} more)" if len(notices) > 1 else ""
+        self.notice_label.setText(f"⚠ {notices[0]}{more}")
+        self.notice_label.setToolTip("\n".join(notices))
+        self.notice_label.show()
+        self.toast.notify(f"{notices[0]}{more}", icon="warning")
 
     def _build_menus(self) -> None:
         m = self.menuBar().addMenu("&File")

@@ -82,6 +82,11 @@ class Session(QObject):
         w.model_failed.connect(self.model_failed)
 
     # ------------------------------------------------------------------ lifecycle
+    def notices(self) -> list[str]:
+        """What could not be used at start: settings problems, a damaged chat history."""
+        return [*getattr(self.settings, "problems", []),
+                *([self.store.notice] if self.store.notice else [])]
+
     def bank_dir(self) -> Path:
         return self.settings.bank_dir(self._bank_override)
 

@@ -48,6 +48,10 @@ class NotFoundError(SkillDeskError, KeyError):
         return str(self.args[0]) if self.args else "not found"
 
 
+class ChatHistoryError(SkillDeskError):
+    """The chat history database is damaged or cannot be written (disk full, say)."""
+
+
 class ModelError(SkillDeskError):
     """A model file is missing, truncated or not GGUF, or a backend cannot be reached."""
 

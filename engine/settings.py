@@ -8,9 +8,13 @@ default (the recommended model when installed, else the bundled one).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import json
+import math
 import os
+import shutil
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -84,25 +88,123 @@ class Settings:
 
     @classmethod
     def load(cls) -> Settings:
-        """The saved settings; unknown keys are ignored, a broken file falls back to defaults."""
+        """The saved settings. Never raises: what cannot be used is listed in ``problems``.
+
+        A file that is not JSON (truncated, say) gives the defaults; a value of the wrong type
+        or out of range gives that setting's default; an unknown key is ignored. Each case adds
+        one line to ``problems``, which the app and the CLI show once at start.
+        """
+        path = cls.path()
         try:
-            data = json.loads(cls.path().read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            raw = path.read_bytes()
+        except FileNotFoundError:
             return cls()
-        return cls.from_dict(data if isinstance(data, dict) else {})
+        except OSError as exc:
+            s = cls()
+            s.problems.append(f"{path.name} cannot be read ({exc.strerror or exc}); "
+                              "using the default settings")
+            return s
+        try:
+            data = json.loads(raw.decode("utf-8-sig"))
+        except UnicodeDecodeError:
+            why = "is not UTF-8 text"
+        except json.JSONDecodeError as exc:
+            why = f"is not valid JSON (line {exc.lineno}: {exc.msg})"
+        except (ValueError, RecursionError):
+            why = "is not usable JSON (nested too deeply or a number too long)"
+        else:
+            why = "" if isinstance(data, dict) else "does not hold a JSON object"
+        if why:
+            s = cls()
+            s.problems.append(f"{path.name} {why}; using the default settings")
+            return s
+        return cls.from_dict(data)
 
     @classmethod
     def from_dict(cls, data: dict) -> Settings:
-        def pick(dc, raw):
-            names = {f.name for f in fields(dc)}
-            return {k: v for k, v in (raw or {}).items() if k in names}
-
-        s = cls(**{k: v for k, v in pick(cls, data).items() if k not in ("model", "retrieval")})
-        if isinstance(data.get("model"), dict):
-            s.model = ModelSettings(**pick(ModelSettings, data["model"]))
-        if isinstance(data.get("retrieval"), dict):
-            s.retrieval = RetrievalSettings(**pick(RetrievalSettings, data["retrieval"]))
+        """Settings from a parsed settings file; every value is checked against its field."""
+        problems: list[str] = []
+        s = cls(**_checked(cls, data, "", problems))
+        for name, sub in (("model", ModelSettings), ("retrieval", RetrievalSettings)):
+            if name not in data:
+                continue
+            if isinstance(data[name], dict):
+                setattr(s, name, sub(**_checked(sub, data[name], f"{name}.", problems)))
+            else:
+                problems.append(f"settings.json: '{name}' must be an object of settings, not "
+                                f"{_show(data[name])}; using the defaults")
+        s.problems = problems
         return s
 
+    def __post_init__(self) -> None:
+        self.problems: list[str] = []  # not a field: never saved
+        self._kept_bad_file = False
+
     def save(self) -> None:
-        atomic_write(self.path(), json.dumps(asdict(self), indent=2, ensure_ascii=False))
+        """Write the settings atomically. If the file on disk had problems when it was loaded,
+        it is first kept beside as ``settings.json.bad-<time>`` (a hand edit is never lost)."""
+        path = self.path()
+        if self.problems and not self._kept_bad_file and path.is_file():
+            with contextlib.suppress(OSError):
+                shutil.copy2(path, path.with_name(f"{path.name}.bad-{int(time.time())}"))
+            self._kept_bad_file = True
+        atomic_write(path, json.dumps(asdict(self), indent=2, ensure_ascii=False))
+
+
+# --------------------------------------------------------------------------- checking values
+_CHOICES = {"retrieval.scope": ("user", "common", "all"), "model.backend": ("local", "openai"),
+            "theme": ("light", "dark")}
+_MINIMUM = {"retrieval.top_k": 1, "model.n_threads": 0, "model.n_ctx": 0,
+            "retrieval.threshold": 0.0, "model.temperature": 0.0}
+_KIND = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true or false",
+         "float | None": "a number or null"}
+
+
+def _show(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, (dict, list)) else (
+        "an object" if isinstance(value, dict) else "a list")
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _fits(kind: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return kind == "bool"
+    if kind == "int":
+        return isinstance(value, int)
+    if kind in ("float", "float | None"):
+        return (value is None and kind == "float | None") or (
+            isinstance(value, (int, float)) and math.isfinite(value))
+    if kind == "str":
+        return isinstance(value, str) and "\x00" not in value
+    return False
+
+
+def _checked(dc: type, raw: dict, prefix: str, problems: list[str]) -> dict:
+    """The keys of ``raw`` that are fields of ``dc`` with a usable value; the rest reported."""
+    out = {}
+    known = {f.name: f for f in fields(dc)}
+    for key, value in raw.items():
+        f = known.get(key)
+        name = f"{prefix}{key}"
+        if f is None:
+            problems.append(f"settings.json: unknown setting '{name[:60]}' ignored")
+            continue
+        kind = str(f.type)
+        if kind not in _KIND:
+            continue  # a nested group: handled by the caller
+        default = f.default
+        if not _fits(kind, value):
+            problems.append(f"settings.json: '{name}' must be {_KIND[kind]}, not {_show(value)}; "
+                            f"using {_show(default)}")
+            continue
+        if name in _CHOICES and value not in _CHOICES[name]:
+            problems.append(f"settings.json: '{name}' must be one of "
+                            f"{', '.join(_CHOICES[name])}, not {_show(value)}; "
+                            f"using {_show(default)}")
+            continue
+        if name in _MINIMUM and value is not None and value < _MINIMUM[name]:
+            problems.append(f"settings.json: '{name}' must be at least {_MINIMUM[name]}, not "
+                            f"{_show(value)}; using {_show(default)}")
+            continue
+        out[key] = value
+    return out

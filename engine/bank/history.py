@@ -31,7 +31,7 @@ class Version:
 
 def _sort_key(name: str) -> tuple:
     ver, _, dup = name.partition("+")
-    return (*parse_version(ver), int(dup) if dup.isdigit() else 0)
+    return (*parse_version(ver), int(dup) if dup.isdecimal() and len(dup) < 10 else 0)
 
 
 class History:
@@ -76,7 +76,10 @@ class History:
         out = []
         for name in sorted(names, key=lambda n: _sort_key(n[:-3])):
             path = d / name
-            data = path.read_bytes()
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
             try:
                 s = skillfile.parse(data, path)
                 source, updated = s.source, s.updated
@@ -123,7 +126,11 @@ class History:
     def text(self, skill_id: str, version: str) -> str:
         for v in self.versions(skill_id):
             if v.version == version:
-                return v.path.read_text(encoding="utf-8")
+                try:
+                    return skillfile.decode(v.path.read_bytes(), str(v.path))
+                except OSError as exc:
+                    raise SkillFormatError(f"cannot read: {exc.strerror or exc}",
+                                           str(v.path)) from None
         raise NotFoundError(f"skill {skill_id} has no version {version}")
 
     def latest(self, skill_id: str) -> Version | None:

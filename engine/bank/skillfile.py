@@ -28,7 +28,9 @@ collections (``[]``, ``{}``) and aliases.
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,17 @@ from engine.fsutil import sha256_bytes
 
 MAX_SKILL_BYTES = 1024 * 1024  # a SKILL.md is instructions, not a data dump
 MAX_DESCRIPTION = 1024
+# Front matter is a handful of fields: real SKILL.md files (2,167 in the AutoSkill corpus) nest
+# at most 3 levels and hold at most a few hundred values. The bounds leave ample room for that
+# and stop a hostile file before it reaches code that recurses: libyaml's C composer overflows
+# the C stack (a segfault) on ~100,000 nested '[', and str() of a few thousand nested lists
+# raises RecursionError.
+MAX_DEPTH = 32
+MAX_VALUES = 20_000  # scalars + collections, counted after aliases are expanded
+MAX_NAME = 256  # name, title, id, version, level: one line each
+MAX_ITEM = 1000  # one tag / trigger (the corpus's longest trigger: 162 characters)
+MAX_DESCRIPTION_READ = 16_384  # longer is not a description (the corpus's longest: 1,130)
+_SCALARS = (str, int, float, bool, _dt.date, _dt.datetime)
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _FENCE = re.compile(r"^---[ \t]*\r?$", re.M)
@@ -80,27 +93,102 @@ def split_front_matter(text: str, path: str | None = None) -> tuple[dict[str, An
     raw = text[fences[0].end():fences[1].start()]
     body = text[fences[1].end():].lstrip("\r\n")
     try:
+        _check_events(raw, path)  # before composing: libyaml's composer recurses in C
         data = yaml.load(raw, Loader=_Loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = getattr(exc, "problem", None) or (str(exc).splitlines() or ["error"])[0]
         raise SkillFormatError(f"malformed YAML front-matter{where}: {problem}", path) from None
+    except (RecursionError, MemoryError):
+        raise SkillFormatError("front-matter is nested too deeply to read", path) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise SkillFormatError("front-matter must be a YAML mapping of fields", path)
+    check_shape(data, path)
     return data, body
 
 
-def _str_list(value: Any) -> list[str]:
+def _check_events(raw: str, path: str | None) -> None:
+    """Bound nesting and size on the parser's flat event stream (libyaml parses iteratively)."""
+    depth = count = 0
+    for event in yaml.parse(raw, Loader=_Loader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SkillFormatError(f"front-matter nests more than {MAX_DEPTH} levels deep",
+                                       path)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif not isinstance(event, yaml.NodeEvent):
+            continue
+        count += 1
+        if count > MAX_VALUES:
+            raise SkillFormatError(f"front-matter holds more than {MAX_VALUES} values", path)
+
+
+def check_shape(value: Any, path: str | None = None) -> None:
+    """Raise SkillFormatError unless ``value`` nests at most MAX_DEPTH deep and holds at most
+    MAX_VALUES values. Iterative, so it is safe on recursive (``&a [*a]``) and alias-bombed data
+    (aliases are counted every time they are reached)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    count = 0
+    while stack:
+        v, depth = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise SkillFormatError(f"front-matter holds more than {MAX_VALUES} values "
+                                   "(aliases expanded)", path)
+        if isinstance(v, dict):
+            children = [*v.keys(), *v.values()]
+        elif isinstance(v, (list, tuple, set)):
+            children = list(v)
+        else:
+            continue
+        if depth >= MAX_DEPTH and children:
+            raise SkillFormatError(f"front-matter nests more than {MAX_DEPTH} levels deep", path)
+        stack.extend((c, depth + 1) for c in children)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, (list, tuple, set)):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _text(key: str, value: Any, path: str | None, limit: int | None = None) -> str:
+    """A field that must be one piece of text (YAML numbers, booleans and dates are accepted)."""
+    if value is None:
+        return ""
+    if not isinstance(value, _SCALARS):
+        raise SkillFormatError(f"'{key}' must be text, not {_kind(value)}", path)
+    text = str(value)
+    if limit is not None and len(text) > limit:
+        raise SkillFormatError(f"'{key}' is longer than {limit} characters", path)
+    return text
+
+
+def _str_list(value: Any, key: str = "", path: str | None = None) -> list[str]:
+    """A field that holds a list of texts (one text alone is a list of one)."""
     if value is None or value == "":
         return []
-    if isinstance(value, str):
-        return [value]
     if isinstance(value, (list, tuple)):
-        return [str(v) for v in value if v is not None and str(v).strip()]
-    return [str(value)]
+        out = []
+        for v in value:
+            if v is None:
+                continue
+            if not isinstance(v, _SCALARS):
+                raise SkillFormatError(f"'{key}' must be a list of texts, but holds "
+                                       f"{_kind(v)}", path)
+            if str(v).strip():
+                out.append(_text(key, v, path, MAX_ITEM))
+        return out
+    if isinstance(value, _SCALARS):
+        return [_text(key, value, path, MAX_ITEM)]
+    raise SkillFormatError(f"'{key}' must be a list of texts, not {_kind(value)}", path)
 
 
 def _legacy_instructions(body: str) -> str | None:
@@ -120,13 +208,21 @@ def parse(data: bytes | str, path: str | Path | None = None, *, scope: str = "us
     raw = data if isinstance(data, bytes) else data.encode("utf-8")
     text = decode(raw, spath)
     front, body = split_front_matter(text, spath)
-    meta = front.get("metadata") if isinstance(front.get("metadata"), dict) else {}
+    meta = front.get("metadata")
+    if meta is None or meta == "":
+        meta = {}
+    if not isinstance(meta, dict):
+        raise SkillFormatError(f"'metadata' must be a mapping of fields, not {_kind(meta)}",
+                               spath)
 
     def field(key: str, default: Any = None) -> Any:
         # our layout keeps AutoSkill fields under metadata; the legacy one at the top level
         if key in meta and meta[key] not in (None, ""):
             return meta[key]
         return front.get(key, default)
+
+    def text(key: str, limit: int | None = MAX_NAME) -> str:
+        return _text(key, field(key), spath, limit)
 
     legacy = any(k in front for k in ("id", "triggers", "tags", "version", "examples"))
     instructions = _legacy_instructions(body) if legacy else None
@@ -135,36 +231,38 @@ def parse(data: bytes | str, path: str | Path | None = None, *, scope: str = "us
         instructions = body.strip("\r\n")
 
     folder = Path(spath).parent.name if spath else ""
-    raw_name = front.get("name")
-    name = str(raw_name).strip() if raw_name not in (None, "") else folder
+    name = _text("name", front.get("name"), spath, MAX_NAME).strip() or folder
     if not name:
         raise SkillFormatError("front-matter has no 'name'", spath)
-    description = front.get("description")
-    description = str(description).strip() if description not in (None, "") else ""
+    description = _text("description", front.get("description"), spath,
+                        MAX_DESCRIPTION_READ).strip()
     if not description:
         first = next((ln.strip() for ln in instructions.splitlines()
                       if ln.strip() and not ln.lstrip().startswith("#")), "")
         description = first[:MAX_DESCRIPTION]
     examples = field("examples") or []
     extra = {k: v for k, v in meta.items() if k not in _META_KEYS}
+    allowed_tools = front.get("allowed-tools")
+    if allowed_tools is not None and not isinstance(allowed_tools, str):
+        allowed_tools = _str_list(allowed_tools, "allowed-tools", spath)
     return Skill(
         name=name,
-        title=str(field("title") or name),
+        title=text("title") or name,
         description=description,
         instructions=instructions,
-        id=str(field("id") or "") or _stable_id(spath, name),
-        version=str(field("version") or "0.1.0"),
-        level=normalize_level(field("level")),
-        triggers=_str_list(field("triggers")),
-        tags=_str_list(field("tags")),
+        id=text("id") or _stable_id(spath, name),
+        version=text("version") or "0.1.0",
+        level=normalize_level(text("level")),
+        triggers=_str_list(field("triggers"), "triggers", spath),
+        tags=_str_list(field("tags"), "tags", spath),
         examples=list(examples) if isinstance(examples, (list, tuple)) else [examples],
-        created=str(field("created") or ""),
-        updated=str(field("updated") or ""),
-        source=str(field("source") or ""),
-        source_turns=_str_list(field("source_turns")),
-        license=str(front.get("license") or ""),
-        compatibility=str(front.get("compatibility") or ""),
-        allowed_tools=front.get("allowed-tools"),
+        created=text("created"),
+        updated=text("updated"),
+        source=text("source"),
+        source_turns=_str_list(field("source_turns"), "source_turns", spath),
+        license=_text("license", front.get("license"), spath),
+        compatibility=_text("compatibility", front.get("compatibility"), spath),
+        allowed_tools=allowed_tools,
         extra_metadata=extra,
         scope=scope,
         owner=owner,
@@ -184,7 +282,10 @@ def _stable_id(path: str | None, name: str) -> str:
 def read(path: str | Path, *, scope: str = "user", owner: str = "") -> Skill:
     path = Path(path)
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end
+            raise SkillFormatError("not a regular file", str(path))
+        size = st.st_size
         if size > MAX_SKILL_BYTES:
             raise SkillFormatError(
                 f"too large ({size // 1024} KB; a SKILL.md may be {MAX_SKILL_BYTES // 1024} KB"

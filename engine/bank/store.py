@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from engine.errors import (
     ConflictError,
     NotFoundError,
     ReadOnlyError,
+    SkillDeskError,
     SkillFormatError,
     UnsafePathError,
 )
@@ -43,6 +45,8 @@ from engine.fsutil import (
     sha256_bytes,
     slugify,
 )
+
+log = logging.getLogger(__name__)
 
 RESOURCE_DIRS = ("scripts", "references", "assets")
 SKILL_FILES = ("SKILL.md", "skill.md")
@@ -118,7 +122,7 @@ class SkillBank:
         for base, sc, owner in groups:
             try:
                 entries = sorted(os.scandir(base), key=lambda e: e.name)
-            except (FileNotFoundError, NotADirectoryError):
+            except OSError:  # missing, not a folder, no permission: nothing to list there
                 continue
             for e in entries:
                 if e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
@@ -143,8 +147,13 @@ class SkillBank:
             try:
                 ensure_inside(self.root, f)
                 skill = skillfile.read(f, scope=sc, owner=owner)
-            except (SkillFormatError, UnsafePathError) as exc:
+            except SkillDeskError as exc:
                 result.errors.append(LoadError(str(f), getattr(exc, "reason", str(exc))))
+                continue
+            except Exception as exc:  # a reader bug must cost one file, never the bank
+                log.exception("reading %s failed", f)
+                result.errors.append(LoadError(str(f), f"cannot be read ({type(exc).__name__}: "
+                                                       f"{str(exc)[:200]})"))
                 continue
             skill.resources = self._resources(d)
             result.skills.append(skill)
@@ -362,7 +371,7 @@ class SkillBank:
             skill = skillfile.read(path)
         except SkillFormatError as exc:
             return [exc.reason]
-        front, _ = skillfile.split_front_matter(path.read_text("utf-8"))
+        front, _ = skillfile.split_front_matter(skillfile.decode(path.read_bytes()))
         extra = set(front) - {"name", "description", "license", "compatibility",
                               "allowed-tools", "metadata"}
         if extra:

@@ -10,19 +10,21 @@ Export writes the chosen skills as spec folders into a folder or a zip.
 
 from __future__ import annotations
 
+import lzma
 import os
 import shutil
 import stat
 import tempfile
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.bank import skillfile
-from engine.bank.skill import Skill
+from engine.bank.skill import Skill, new_id
 from engine.bank.store import RESOURCE_DIRS, SKILL_FILES, SkillBank
 from engine.errors import SkillDeskError, SkillFormatError, UnsafePathError
-from engine.fsutil import atomic_write, is_temp_name
+from engine.fsutil import atomic_write, check_component, is_temp_name
 
 MAX_ZIP_BYTES = 512 * 1024 * 1024
 MAX_ZIP_MEMBERS = 200_000
@@ -34,11 +36,26 @@ class ImportReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
 
 
+# What a damaged or hostile zip raises while being read: bad headers and CRCs (BadZipFile),
+# truncated members (EOFError), broken deflate/bzip2/lzma streams (zlib.error, OSError,
+# lzma.LZMAError), unsupported compression or encryption (NotImplementedError, RuntimeError),
+# member names that are not valid for the file system (ValueError, UnicodeError).
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, zlib.error,
+               lzma.LZMAError, NotImplementedError, RuntimeError, ValueError)
+
+
 def _safe_extract(zip_path: Path, dest: Path) -> None:
     try:
-        zf = zipfile.ZipFile(zip_path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise SkillDeskError(f"{zip_path}: not a readable zip file ({exc})") from None
+        _extract_checked(zip_path, dest)
+    except SkillDeskError:
+        raise
+    except _ZIP_ERRORS as exc:
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise SkillDeskError(f"{zip_path}: not a readable zip file ({reason})") from None
+
+
+def _extract_checked(zip_path: Path, dest: Path) -> None:
+    zf = zipfile.ZipFile(zip_path)
     with zf:
         members = zf.infolist()
         if len(members) > MAX_ZIP_MEMBERS:
@@ -89,7 +106,15 @@ def import_skills(bank: SkillBank, src: str | os.PathLike, user: str = "default"
                 report.skipped.append((str(f), exc.reason))
                 continue
             skill.title = skill.title or skill.name
-            new = bank.create(skill.copy(source="imported"), user, source="imported")
+            try:
+                check_component(skill.id, "skill id")
+            except UnsafePathError:  # the history folder is named by id: give it a fresh one
+                skill.id = new_id()
+            try:
+                new = bank.create(skill.copy(source="imported"), user, source="imported")
+            except SkillDeskError as exc:  # e.g. an id that is not a safe folder name
+                report.skipped.append((str(f), str(exc)))
+                continue
             _copy_resources(f.parent, new.path.parent, report)
             new.resources = bank._resources(new.path.parent)
             report.imported.append(new)
@@ -109,8 +134,11 @@ def _copy_resources(src_dir: Path, dest_dir: Path, report: ImportReport) -> None
                     continue
                 rel = p.relative_to(src_dir)
                 target = dest_dir / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(p, target)
+                try:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(p, target)
+                except OSError as exc:
+                    report.skipped.append((str(p), f"not copied: {exc.strerror or exc}"))
 
 
 def export_skills(skills: list[Skill], dest: str | os.PathLike, *,

@@ -11,21 +11,29 @@ One connection per store, guarded by a lock, so a store may be used from several
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import NotFoundError
+from engine.errors import ChatHistoryError, NotFoundError, SkillDeskError
 from engine.fsutil import atomic_write
 from engine.settings import home_dir
 
+log = logging.getLogger(__name__)
+
 DB_NAME = "conversations.sqlite3"
+# integrity_check (pages, and indexes against their tables) reads the whole file: ~0.2 s per
+# 10 MB here. A larger history is checked by use: damage found later raises ChatHistoryError.
+CHECK_MAX_BYTES = 32 * 1024 * 1024
 ROLES = ("system", "user", "assistant")
 DEFAULT_TITLE = "New chat"
 
@@ -85,6 +93,37 @@ class SearchHit:
     snippet: str
 
 
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _guarded(fn: Callable) -> Callable:
+    """Damage SQLite finds while reading (a bad page the check at open missed, a full disk)
+    becomes ChatHistoryError, one line; the caller shows it instead of crashing."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (sqlite3.DatabaseError, sqlite3.DataError) as exc:
+            if isinstance(exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError)):
+                raise
+            raise ChatHistoryError(f"the chat history cannot be read or written "
+                                   f"({str(exc).splitlines()[0][:120] if str(exc) else 'error'})"
+                                   ) from None
+
+    return wrapper
+
+
+def _meta(text: Any) -> dict[str, Any]:
+    """A row's ``meta`` column; a damaged value reads as empty (the message itself is kept)."""
+    try:
+        value = json.loads(text or "{}")
+    except (ValueError, TypeError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def default_path() -> Path:
     return home_dir() / DB_NAME
 
@@ -118,16 +157,62 @@ class ConversationStore:
         self.path = Path(path) if path else default_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False,
-                                   isolation_level=None, timeout=10)
-        self._db.row_factory = sqlite3.Row
-        with self._lock:
-            self._db.execute("PRAGMA journal_mode=WAL")
+        self.notice = ""  # set when a damaged file was kept aside; the app shows it once
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            kept = self._keep_aside()
+            self._db = self._open()
+            why = " ".join(str(exc).split())[:100]
+            self.notice = (f"The chat history could not be read ({why}); it was kept "
+                           f"as {kept.name} and a new, empty history was started.")
+            log.warning("%s", self.notice)
+
+    def _open(self) -> sqlite3.Connection:
+        """Connect, set up and check the file: a damaged one raises sqlite3.DatabaseError."""
+        db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
+                             timeout=10)
+        try:
+            db.row_factory = sqlite3.Row
+            db.text_factory = _text  # a damaged text cell reads with U+FFFD, never raises
+            db.execute("PRAGMA journal_mode=WAL")
             # WAL + NORMAL: never corrupt, no fsync per message (the app writes on its GUI
             # thread); only an OS crash can lose the newest messages, never the file.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            self._db.executescript(_SCHEMA)
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            db.executescript(_SCHEMA)
+            # the columns we read, and (for files of ordinary size: ~0.1 s per 10 MB) every page
+            db.execute("SELECT id, title, created, updated, deleted_at, learning_paused, meta "
+                       "FROM conversations LIMIT 1").fetchall()
+            db.execute("SELECT id, conversation_id, role, content, created, meta FROM messages "
+                       "LIMIT 1").fetchall()
+            if self.path.stat().st_size <= CHECK_MAX_BYTES:
+                ok = db.execute("PRAGMA integrity_check(1)").fetchone()
+                if ok is None or ok[0] != "ok":
+                    raise sqlite3.DatabaseError(f"integrity check: {ok[0] if ok else 'failed'}")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _keep_aside(self) -> Path:
+        """Rename the damaged file (and its -wal/-shm companions) beside itself; never delete."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        kept = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        n = 2
+        while kept.exists():
+            kept = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{n}")
+            n += 1
+        try:
+            os.rename(self.path, kept)
+            for suffix in ("-wal", "-shm"):
+                side = self.path.with_name(self.path.name + suffix)
+                if side.exists():
+                    os.rename(side, kept.with_name(kept.name + suffix))
+        except OSError as exc:
+            raise SkillDeskError(f"the chat history {self.path} is damaged and cannot be moved "
+                                 f"aside ({exc.strerror or exc})") from None
+        return kept
 
     def close(self) -> None:
         with self._lock:
@@ -150,14 +235,14 @@ class ConversationStore:
         return Conversation(
             id=row["id"], title=row["title"], created=row["created"], updated=row["updated"],
             deleted_at=row["deleted_at"], learning_paused=bool(row["learning_paused"]),
-            meta=json.loads(row["meta"] or "{}"),
+            meta=_meta(row["meta"]),
             message_count=row["n"] if "n" in keys else 0)
 
     @staticmethod
     def _msg(row: sqlite3.Row) -> Message:
         return Message(id=row["id"], conversation_id=row["conversation_id"], role=row["role"],
                        content=row["content"], created=row["created"],
-                       meta=json.loads(row["meta"] or "{}"))
+                       meta=_meta(row["meta"]))
 
     def _touch(self, conversation_id: str) -> None:
         self._exec("UPDATE conversations SET updated=? WHERE id=?", (time.time(), conversation_id))
@@ -305,7 +390,9 @@ class ConversationStore:
         names = {"user": "You", "assistant": "Assistant", "system": "System"}
         for m in self.messages(conversation_id):
             out += [f"## {names.get(m.role, m.role)}", "", m.content.rstrip(), ""]
-            skills = m.meta.get("injected") or []
+            injected = m.meta.get("injected")
+            skills = [x for x in injected if isinstance(x, dict)] if isinstance(
+                injected, list) else []
             if skills:
                 used = ", ".join(f"{s.get('name')} v{s.get('version')}" for s in skills)
                 out += [f"*Skills used: {used}*", ""]
@@ -320,3 +407,8 @@ class ConversationStore:
             text = self.export_markdown(conversation_id)
         atomic_write(p, text)
         return p
+
+
+for _name, _fn in list(vars(ConversationStore).items()):
+    if callable(_fn) and not _name.startswith("_") and _name != "close":
+        setattr(ConversationStore, _name, _guarded(_fn))

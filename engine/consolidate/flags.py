@@ -22,6 +22,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.bank.skill import Skill, now_iso
 from engine.fsutil import atomic_write, check_component
@@ -170,10 +171,19 @@ def save_report(bank_root: Path, user: str, flags: list[Flag]) -> Path:
     return path
 
 
+def _is_flag(f: Any) -> bool:
+    """A saved flag with every field of the right type (a hand-edited report may differ)."""
+    return (isinstance(f, dict) and set(f) <= {"path", "id", "name", "title", "kinds", "reasons"}
+            and all(isinstance(f.get(k), str) for k in ("path", "id", "name", "title"))
+            and all(isinstance(f.get(k, []), list) and all(isinstance(x, str) for x in f.get(k, []))
+                    for k in ("kinds", "reasons")))
+
+
 def load_report(bank_root: Path, user: str) -> list[Flag]:
     """The last saved flags (empty when there is no report or it is unreadable)."""
     try:
         data = json.loads(report_path(bank_root, user).read_text("utf-8"))
-        return [Flag(**f) for f in data.get("flags", [])]
-    except (OSError, ValueError, TypeError):
+        flags = data.get("flags", []) if isinstance(data, dict) else []
+        return [Flag(**f) for f in flags if _is_flag(f)] if isinstance(flags, list) else []
+    except (OSError, ValueError, TypeError, RecursionError):
         return []

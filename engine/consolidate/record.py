@@ -70,10 +70,13 @@ def load_record(bank: SkillBank, record_id: str | None = None) -> Record:
     if record_id:
         path = _dir(bank) / f"{check_component(record_id, 'consolidation id')}.json"
         try:
-            return Record(**json.loads(path.read_text("utf-8")))
+            return _record_from(path.read_bytes())
         except FileNotFoundError:
             raise NotFoundError(f"no consolidation {record_id!r} in {bank.root}") from None
-        except (ValueError, TypeError) as exc:
+        except OSError as exc:
+            raise SkillDeskError(f"consolidation record {path} is unreadable: "
+                                 f"{exc.strerror or exc}") from None
+        except ValueError as exc:
             raise SkillDeskError(f"consolidation record {path} is unreadable: {exc}") from None
     for rec in reversed(list_records(bank)):
         if rec.status != "undone":
@@ -88,10 +91,54 @@ def list_records(bank: SkillBank) -> list[Record]:
         if path.name.startswith("flags-"):
             continue
         try:
-            out.append(Record(**json.loads(path.read_text("utf-8"))))
-        except (OSError, ValueError, TypeError):
+            out.append(_record_from(path.read_bytes()))
+        except (OSError, ValueError):
             continue
     return out
+
+
+_TEXT = (str,)
+_RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "id": _TEXT, "user": _TEXT, "created": _TEXT, "threshold": (int, float), "status": _TEXT,
+    "clusters": (list,), "skipped": (list,), "undone": _TEXT, "conflicts": (list,)}
+_KEEPER_FIELDS = ("id", "path", "backup", "before_hash", "after_hash", "after_version")
+_TRASHED_FIELDS = ("trash", "path", "hash")
+
+
+def _record_from(data: bytes) -> Record:
+    """A record file's bytes as a Record; ValueError (one line) when it is not one.
+
+    Every field undo relies on is checked for its type here, so a hand-edited or torn record
+    is refused up front instead of failing half-way through an undo.
+    """
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(raw, dict):
+        raise ValueError("not a JSON object")
+    unknown = set(raw) - set(_RECORD_FIELDS) - {"merged"}
+    if unknown:
+        raise ValueError(f"unknown fields {', '.join(sorted(unknown))[:120]}")
+    for key in ("id", "user", "created", "threshold"):
+        if key not in raw:
+            raise ValueError(f"no '{key}'")
+    for key, types in _RECORD_FIELDS.items():
+        if key in raw and (not isinstance(raw[key], types) or isinstance(raw[key], bool)):
+            raise ValueError(f"'{key}' has the wrong type")
+    for i, c in enumerate(raw.get("clusters", [])):
+        keeper = c.get("keeper") if isinstance(c, dict) else None
+        trashed = c.get("trashed") if isinstance(c, dict) else None
+        if (not isinstance(keeper, dict) or not isinstance(trashed, list)
+                or any(not isinstance(keeper.get(k), str) for k in _KEEPER_FIELDS)
+                or any(not isinstance(t, dict) or any(not isinstance(t.get(k), str)
+                                                      for k in _TRASHED_FIELDS)
+                       for t in trashed)):
+            raise ValueError(f"cluster {i} is not a consolidation entry")
+    raw.pop("merged", None)
+    return Record(**raw)
 
 
 def _keep_in_history(bank: SkillBank, skill_id: str, version: str, data: bytes) -> None:
@@ -176,7 +223,10 @@ def undo(bank: SkillBank, record_id: str | None = None, *, force: bool = False,
         kp = entry["keeper"]
         path = ensure_inside(bank.root, kp["path"])
         backup = ensure_inside(bank.root, bank.root / kp["backup"])
-        data = backup.read_bytes()
+        try:
+            data = backup.read_bytes()
+        except OSError:
+            data = b""
         if sha256_bytes(data) != kp["before_hash"]:
             rec.conflicts.append(f"{backup}: the backup is damaged; restore it from the history")
             continue

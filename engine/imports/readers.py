@@ -76,15 +76,55 @@ def _load_json_values(path: Path, skipped: list[Skipped]) -> Iterator[tuple[str,
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
-            try:
-                yield f"line {n}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                skipped.append(Skipped(f"{path}:{n}", f"invalid JSON ({exc.msg})"))
+            value, why = _parse_json(line)
+            if why:
+                skipped.append(Skipped(f"{path}:{n}", why))
+            else:
+                yield f"line {n}", value
         return
+    value, why = _parse_json(text)
+    if why:
+        skipped.append(Skipped(str(path), why))
+    else:
+        yield "", value
+
+
+MAX_JSON_DEPTH = 64  # real exports nest < 20 deep (ChatGPT's mapping trees are flat dicts)
+
+
+def _parse_json(text: str) -> tuple[Any, str]:
+    """``(value, "")`` or ``(None, one-line reason)``; never raises.
+
+    ``json.loads`` recurses: a value nested deeper than the interpreter's recursion limit
+    raises RecursionError, so it is caught here, and anything deeper than MAX_JSON_DEPTH is
+    refused so that no reader after this one needs its own bound.
+    """
     try:
-        yield "", json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
-        skipped.append(Skipped(str(path), f"invalid JSON at line {exc.lineno} ({exc.msg})"))
+        return None, f"invalid JSON at line {exc.lineno} ({exc.msg})"
+    except RecursionError:
+        return None, f"JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+    except ValueError as exc:  # e.g. an integer longer than Python's 4,300-digit limit
+        return None, f"invalid JSON ({str(exc).splitlines()[0][:120]})"
+    if json_depth(value, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        return None, f"JSON nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+    return value, ""
+
+
+def json_depth(value: Any, stop: int) -> int:
+    """How deep ``value`` nests (1 for a scalar), counting no further than ``stop + 1``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > stop:
+            break
+        if isinstance(v, dict):
+            stack.extend((c, d + 1) for c in v.values())
+        elif isinstance(v, list):
+            stack.extend((c, d + 1) for c in v)
+    return deepest
 
 
 def _json_values_under(path: str | os.PathLike, skipped: list[Skipped]) -> Iterator[
@@ -188,13 +228,13 @@ def _empty_reason(conv: Any) -> str:
 
 
 def _chatgpt_mapping(conv: dict) -> list[dict[str, str]]:
-    mapping = conv["mapping"]
+    mapping = {k: v for k, v in conv["mapping"].items() if isinstance(v, dict)}
     node = conv.get("current_node")
-    if node not in mapping:  # fall back to the deepest leaf
+    if not isinstance(node, str) or node not in mapping:  # fall back to the deepest leaf
         node = next((k for k, v in mapping.items() if not v.get("children")), None)
     chain = []
     seen = set()
-    while node and node in mapping and node not in seen:
+    while isinstance(node, str) and node in mapping and node not in seen:
         seen.add(node)
         chain.append(mapping[node])
         node = mapping[node].get("parent")
@@ -302,9 +342,15 @@ def read_documents(path: str | os.PathLike) -> tuple[list[Item], list[Skipped]]:
         skipped.append(Skipped(str(path), "no .md or .txt files found"))
     for f in files:
         try:
+            if f.stat().st_size > MAX_FILE_BYTES:
+                skipped.append(Skipped(str(f), "file larger than 256 MB"))
+                continue
             text = f.read_bytes().decode("utf-8-sig")
         except UnicodeDecodeError:
             skipped.append(Skipped(str(f), "not UTF-8 text"))
+            continue
+        except OSError as exc:
+            skipped.append(Skipped(str(f), f"cannot read: {exc.strerror or exc}"))
             continue
         if "\x00" in text:
             skipped.append(Skipped(str(f), "binary file"))
@@ -346,9 +392,10 @@ class Ledger:
     def __init__(self, bank_root: Path, user: str):
         self.path = Path(bank_root) / ".imports" / f"{check_component(user, 'user')}.json"
         try:
-            self.done: dict[str, dict] = json.loads(self.path.read_text("utf-8"))
-        except (OSError, ValueError):
-            self.done = {}
+            done = json.loads(self.path.read_text("utf-8"))
+        except (OSError, ValueError, RecursionError):
+            done = {}
+        self.done: dict[str, dict] = done if isinstance(done, dict) else {}
 
     def __contains__(self, key: str) -> bool:
         return key in self.done

@@ -84,10 +84,28 @@ class Trajectory:
 def _args(raw: Any) -> Any:
     if isinstance(raw, str):
         try:
-            return json.loads(raw)
-        except ValueError:
+            value = json.loads(raw)
+        except (ValueError, RecursionError):
             return raw
+        return value if _depth_ok(value) else raw
     return raw
+
+
+MAX_DEPTH = 64  # as engine.imports.readers.MAX_JSON_DEPTH: nothing real nests deeper
+
+
+def _depth_ok(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """True when ``value`` nests at most ``limit`` deep (iterative: safe on any input)."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if d > limit:
+            return False
+        if isinstance(v, dict):
+            stack.extend((c, d + 1) for c in v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((c, d + 1) for c in v)
+    return True
 
 
 def _failed(obs: str, flag: Any = None, error: Any = None) -> bool:
@@ -98,7 +116,16 @@ def _failed(obs: str, flag: Any = None, error: Any = None) -> bool:
     return bool(ERROR_TEXT.search(str(obs or "")[:400]))
 
 
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _from_messages(msgs: list[dict], success: Any = None) -> Trajectory:
+    msgs = [m for m in msgs if isinstance(m, dict)]
     task = next((str(m.get("content") or "") for m in msgs if m.get("role") == "user"), "")
     steps: list[Step] = []
     by_id: dict[str, Step] = {}
@@ -106,14 +133,15 @@ def _from_messages(msgs: list[dict], success: Any = None) -> Trajectory:
         role = m.get("role")
         if role == "assistant":
             thought = str(m.get("content") or "")
-            for call in m.get("tool_calls") or []:
-                fn = call.get("function") or call
+            for call in _list(m.get("tool_calls")):
+                call = _dict(call)
+                fn = _dict(call.get("function")) or call
                 step = Step(str(fn.get("name") or "tool"), _args(fn.get("arguments")), thought)
                 thought = ""
                 steps.append(step)
                 by_id[str(call.get("id") or len(steps))] = step
             if m.get("function_call"):
-                fn = m["function_call"]
+                fn = _dict(m["function_call"])
                 steps.append(Step(str(fn.get("name") or "tool"), _args(fn.get("arguments")),
                                   thought))
         elif role in ("tool", "function"):
@@ -122,6 +150,24 @@ def _from_messages(msgs: list[dict], success: Any = None) -> Trajectory:
                 step.observation = str(m.get("content") or "")
                 step.ok = not _failed(step.observation, m.get("success"), m.get("error"))
     return Trajectory(task, steps, None if success is None else bool(success))
+
+
+_ACTION_HEAD = re.compile(r"\s*([\w.-]+)\s*[(\[:]")
+
+
+def _split_action(action: str) -> tuple[str, str]:
+    r"""``"tool(args)"`` / ``"tool[args]"`` / ``"tool: args"`` → ``(tool, args)``.
+
+    Linear time: the former single regex (``(.*?)[)\]]?\s*$``) was quadratic on long runs of
+    spaces, a few seconds for a 100 KB action string.
+    """
+    m = _ACTION_HEAD.match(action)
+    if not m:
+        return "action", action
+    rest = action[m.end():].strip()
+    if rest.endswith((")", "]")):
+        rest = rest[:-1]
+    return m.group(1), rest
 
 
 def _from_steps(obj: dict) -> Trajectory:
@@ -138,8 +184,7 @@ def _from_steps(obj: dict) -> Trajectory:
             tool = tool or action.get("tool") or action.get("name")
             args = args or action.get("args") or action.get("arguments") or action.get("input")
         elif isinstance(action, str) and not tool:
-            m = re.match(r"^\s*([\w.-]+)\s*[(\[:]\s*(.*?)[)\]]?\s*$", action, re.S)
-            tool, args = (m.group(1), m.group(2)) if m else ("action", action)
+            tool, args = _split_action(action)
         obs = str(raw.get("observation") or raw.get("result") or raw.get("output") or "")
         flag = raw.get("success", raw.get("ok"))
         steps.append(Step(str(tool or "action"), _args(args), str(raw.get("thought") or ""),
@@ -149,11 +194,13 @@ def _from_steps(obj: dict) -> Trajectory:
     return Trajectory(task, steps, None if ok is None else bool(ok))
 
 
-def parse(obj: Any) -> list[Trajectory]:
+def parse(obj: Any, _depth: int = 0) -> list[Trajectory]:
     """Every trajectory in ``obj`` (see the module docstring for the accepted shapes)."""
+    if _depth > MAX_DEPTH:  # lists of lists of ...: no run is nested that deep
+        return []
     if isinstance(obj, dict):
         if isinstance(obj.get("trajectories"), list):
-            return [t for x in obj["trajectories"] for t in parse(x)]
+            return [t for x in obj["trajectories"] for t in parse(x, _depth + 1)]
         success = obj.get("success", obj.get("succeeded"))
         if isinstance(obj.get("messages"), list):
             t = _from_messages(obj["messages"], success)
@@ -165,7 +212,7 @@ def parse(obj: Any) -> list[Trajectory]:
     if isinstance(obj, list):
         if obj and all(isinstance(m, dict) and "role" in m for m in obj):
             return [_from_messages(obj)]
-        return [t for x in obj for t in parse(x)]
+        return [t for x in obj for t in parse(x, _depth + 1)]
     return []
 
 
@@ -180,6 +227,8 @@ def load(path: str | Path) -> list[Any]:
         return [json.loads(text)]
     except ValueError:
         pass
+    except RecursionError:
+        raise SkillFormatError("JSON nested too deeply", str(path)) from None
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.strip():
@@ -187,6 +236,8 @@ def load(path: str | Path) -> list[Any]:
                 out.append(json.loads(line))
             except ValueError as exc:
                 raise SkillFormatError(f"line {n} is not JSON ({exc})", str(path)) from None
+            except RecursionError:
+                raise SkillFormatError(f"line {n}: JSON nested too deeply", str(path)) from None
     return out
 
 

@@ -364,17 +364,41 @@ class LearningQueue:
             return []
         out = []
         try:
-            lines = self._log_path.read_text(encoding="utf-8").splitlines()[-500:]
+            lines = self._log_path.read_text(encoding="utf-8", errors="replace").splitlines(
+            )[-500:]
         except OSError:
             return []
-        fields = set(LearningEvent.__dataclass_fields__)
-        for line in lines:
-            try:
-                d = json.loads(line)
-                out.append(LearningEvent(**{k: v for k, v in d.items() if k in fields}))
-            except (ValueError, TypeError):
-                continue
+        for line in lines:  # a cut-short or hand-mangled line is skipped, never fatal
+            ev = _event_from_line(line)
+            if ev is not None:
+                out.append(ev)
         undone = {e.undoes for e in out if e.kind == "undo"}
         for e in out:
             e.undone = e.undone or e.id in undone
         return out
+
+
+_EVENT_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "kind": (str,), "reason": (str,), "time": (int, float), "undone": (bool,)}
+
+
+def _event_from_line(line: str) -> LearningEvent | None:
+    """One line of the event log as an event, or None when it is not one (torn, wrong types)."""
+    try:
+        d = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(d, dict):
+        return None
+    values: dict[str, Any] = {}
+    for name in LearningEvent.__dataclass_fields__:
+        if name not in d:
+            continue
+        v = d[name]
+        ok = _EVENT_TYPES.get(name, (str, type(None)))
+        if not isinstance(v, ok) or (isinstance(v, bool) and bool not in ok):
+            return None
+        values[name] = v
+    if "id" not in values or "kind" not in values:
+        return None
+    return LearningEvent(**values)
