@@ -12,7 +12,7 @@ from types import ModuleType
 
 from engine.errors import NotFoundError
 
-BENCHES = ["chat", "retrieval", "evolution", "bank", "proxy", "skillx"]
+BENCHES = ["chat", "retrieval", "evolution", "bank", "proxy", "skillx", "prefeval"]
 
 
 def load(name: str) -> ModuleType:

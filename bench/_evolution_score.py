@@ -190,17 +190,19 @@ def score(scenario: dict[str, Any], before: dict[str, Skill], after: list[Skill]
             has_keywords(skill_blob(s), it) for s in changed)
         sc.recalled += int(recalled)
         ok = in_target and not extra_new
+        stale = []
         if it.get("absent") and target_now is not None:
             sc.stale_expected += 1
             stale = [a for a in it["absent"] if normalize(a) in skill_blob(target_now)]
             sc.stale_dropped += int(not stale)
-            if stale and ok:
-                ok = False
-                sc.notes.append(f"merge into {it['into']!r}: the old rule {stale[0]!r} stayed")
+        if stale and ok:
+            ok = False
+            sc.notes.append(f"merge into {it['into']!r}: the old rule {stale[0]!r} stayed")
+            stale = ["noted"]
         sc.right += int(ok)
         sc.merges_right += int(ok)
         sc.duplicates += len(extra_new)
-        if not ok:
+        if not ok and not stale:
             sc.notes.append(f"merge into {it['into']!r}: " + (
                 f"added as new skill {extra_new[0].title!r}" if extra_new
                 else "not learned" if not recalled else "merged elsewhere"))
