@@ -126,12 +126,17 @@ def _imperative(rule: str) -> str:
     return out[:1].upper() + out[1:]
 
 
+_COND = re.compile(r"^(whenever|when|if|each time|every ?time|any ?time)\s+(you\s+|i\s+)?", re.I)
+
+
 def _name(rule: str) -> str:
     """A short title from a rule, never the raw sentence: its first clause, at most four
     content words (English) or eight characters (Chinese), without quoted text."""
     rule = _QUOTED.sub(" ", rule)
     rule = re.sub(r"\bshould (always )?(be )?", lambda m: "are " if m[2] else "", rule, count=1)
     first = re.split(r"[，,。：:；;()（）]", rule, maxsplit=1)[0].strip() or rule
+    first = _COND.sub("", first).strip() or first  # "Whenever you write X" → "write X"
+    first = re.sub(r"\s+for (me|us)$", "", first, flags=re.I)
     if language(first) == "zh":
         return clip(first, 8).rstrip("…")
     out, n = [], 0
