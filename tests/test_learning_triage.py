@@ -21,7 +21,7 @@ from engine.learning import Pipeline
 from engine.learning import triage as gate
 from engine.learning.candidate import Candidate
 from engine.learning.checks import case_details, generalize, repair_merge, vet_candidate
-from engine.learning.rules import _name, rule_extract
+from engine.learning.rules import rule_extract, short_name
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
@@ -189,6 +189,17 @@ def test_generalize_takes_names_numbers_and_quotes_of_the_request_out_of_the_ski
     text = " ".join([c.name, c.description, c.goal, *c.triggers]).lower()
     assert "lisbon" not in text and "3" not in text and notes
     assert c.triggers == ["plan a trip"] and c.name == "trip plans"
+    # a topic word only the request had never names the skill; one the rules use may
+    turns = ["Explain how a heat pump works.", "Talk to me like a grumpy wizard in every reply."]
+    c = Candidate(name="Heat pump explanation", description="Explaining heat pumps.",
+                  constraints=["Talk like a grumpy wizard in every reply"], triggers=["explain"])
+    generalize(c, turns)
+    assert "heat" not in (c.name + c.description).lower() and "wizard" in c.name.lower()
+    c = Candidate(name="Customer reply tone", description="Replies to customers.",
+                  constraints=["Address customers by first name"])
+    generalize(c, ["Reply to this customer about a late parcel.",
+                   "Our replies use first names."])
+    assert c.name == "Customer reply tone"
     # the tools a rule is about are the kind of task, never the instance
     assert "python" not in case_details(["Write a Python function to sort names."],
                                         ["Use f-strings in Python"]) | case_details(
@@ -209,7 +220,7 @@ def test_vet_uses_the_turns_to_generalize_and_keeps_a_stated_constraint():
 def test_the_rule_fallback_never_names_a_skill_with_a_raw_sentence():
     rule = ("Whenever you write release notes for me, put breaking changes first and link "
             "every ticket, thanks")
-    name = _name(rule)
+    name = short_name(rule)
     assert len(name.split()) <= 6 and len(name) < len(rule) / 2
     w = gate.windows([U("Write release notes for version 4.2 of Atlas."), A("Here they are."),
                       U(rule)], "conversation")

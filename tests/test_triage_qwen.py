@@ -11,10 +11,10 @@ import pytest
 from engine.bank.store import SkillBank
 from engine.learning import Pipeline
 from engine.learning.triage import user_turns
-from engine.llm.client import BACKGROUND, LLMClient
+from engine.llm.client import LLMClient
 from engine.llm.llama_backend import LlamaCppBackend
 from engine.llm.registry import resolve
-from engine.llm.worker import ModelWorker
+from engine.llm.worker import BACKGROUND, ModelWorker
 
 pytestmark = pytest.mark.model
 

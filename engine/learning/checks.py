@@ -114,19 +114,27 @@ def _specific(text: str) -> set[str]:
     return out
 
 
-def case_details(turns: list[str], rules: list[str]) -> set[str]:
+def case_details(turns: list[str], rules: list[str], *, topic: bool = False) -> set[str]:
     """The instance: quoted text, numbers and names (:func:`_specific`) of the request turns
     that the turns stating the rules do not repeat outside quotes (quoted text there is an
-    example). The tools the conversation names ("Python", "SQL") are the kind of task, never
-    a case detail. (Plain topic words — the one dish, the one report — are left to the
-    extraction prompt: word lists cannot tell "customer" in "customer support replies" from
-    "mortgage" in "explain a mortgage".)"""
+    example). With ``topic``, also every other word only the request turns had and the rules
+    do not use ("mortgage" in "Explain what a mortgage is" before "talk like a pirate in every
+    reply"): what a skill's name, goal and description must not carry. Triggers may name the
+    kind of request ("write an email"), so they are checked without ``topic``. The tools the
+    conversation names ("Python", "SQL") are never case details."""
     ruled, asked = _rule_turns(turns, rules)
     if not ruled or not asked:
         return set()
     keep = content_tokens(_QUOTE.sub(" ", "\n".join(ruled))) | content_tokens(
         " ".join(named_tools("\n".join(turns))))
-    return {t for t in set().union(*(_specific(t) for t in asked)) if t not in keep}
+    if topic:
+        keep |= content_tokens("\n".join(rules))
+    stems = {k[:4] for k in keep if k.isascii() and len(k) >= 4}  # query / queries
+    found = set().union(*(_specific(t) for t in asked))
+    if topic:
+        found |= content_tokens("\n".join(asked))
+    return {t for t in found if t not in keep
+            and not (t.isascii() and len(t) >= 4 and t[:4] in stems)}
 
 
 def _carries(text: str, case: set[str]) -> bool:
@@ -139,19 +147,22 @@ def generalize(c: Candidate, turns: list[str]) -> list[str]:
     A trigger carrying a case detail or longer than MAX_TRIGGER_CHARS is dropped; a goal or
     description carrying one is rebuilt from the rules; a name carrying one loses those words
     (or, when nothing is left, becomes the first rule's short form). Returns notes."""
+    from engine.learning.rules import short_name
+
     case = case_details(turns, c.constraints)
+    topic = case_details(turns, c.constraints, topic=True)
     notes = []
     kept = [t for t in c.triggers if len(t) <= MAX_TRIGGER_CHARS and not _carries(t, case)]
     if len(kept) < len(c.triggers):
         notes.append(f"dropped {len(c.triggers) - len(kept)} case-specific trigger(s)")
     c.triggers = kept
-    if _carries(c.name, case):
-        words = [w for w in c.name.split() if not _carries(w, case)]
+    if _carries(c.name, topic):
+        words = [w for w in c.name.split() if not _carries(w, topic)]
         new = " ".join(words) if language(c.name) == "en" else ""
-        c.name = new if len(content_tokens(new)) >= 2 else clip(c.constraints[0], 40)
+        c.name = new if len(content_tokens(new)) >= 2 else short_name(c.constraints[0])
         notes.append("name made general")
     for attr in ("goal", "description"):
-        if _carries(getattr(c, attr), case):
+        if _carries(getattr(c, attr), topic):
             setattr(c, attr, clip("; ".join(c.constraints[:2]), 200))
             notes.append(f"{attr} made general")
     return notes

@@ -129,7 +129,7 @@ def _imperative(rule: str) -> str:
 _COND = re.compile(r"^(whenever|when|if|each time|every ?time|any ?time)\s+(you\s+|i\s+)?", re.I)
 
 
-def _name(rule: str) -> str:
+def short_name(rule: str) -> str:
     """A short title from a rule, never the raw sentence: its first clause, at most four
     content words (English) or eight characters (Chinese), without quoted text."""
     rule = _QUOTED.sub(" ", rule)
@@ -170,7 +170,7 @@ def rule_extract(w: Window) -> list[Candidate]:
     if not rules:
         return []
     triggers: list[str] = []  # never the user's pasted request: it carries the instance
-    name = _name(rules[0])
+    name = short_name(rules[0])
     level = "atomic" if named_tools(" ".join(rules)) else "functional"
     c = Candidate(name=name, description=clip("; ".join(rules), 200), goal=clip(rules[0], 200),
                   constraints=rules[:6], triggers=triggers + [name], tags=[], level=level,
