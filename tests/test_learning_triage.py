@@ -326,3 +326,27 @@ def test_bench_prefeval_rejects_a_missing_file_clearly(capsys):
     assert "cannot read" in capsys.readouterr().out
 
 
+
+
+class WrongTargetLLM(OracleLLM):
+    """A judge that says "merge" into a skill number it was never shown."""
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "action" in set(schema.get("properties") or {}):
+            self.calls.append("judge")
+            return {"action": "merge", "target": 7, "reason": "same task"}
+        return super().structured(messages, schema, params, cancel)
+
+
+def test_a_judge_naming_a_skill_it_was_not_shown_never_drops_the_rule(tmp_path, embedder):
+    sc = PEOPLE["m-en-python"]
+    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(WrongTargetLLM(sc)))
+    try:
+        seed_bank(desk.bank, "default", sc)
+        desk.refresh()
+        actions = replay(desk, sc["messages"])
+        writes = [a for a in actions if a.kind in ("add", "merge")]
+        assert len(writes) == 1 and "not shown" in writes[0].reason
+        assert "f-string" in writes[0].skill.instructions.lower()
+    finally:
+        desk.close()

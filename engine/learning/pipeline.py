@@ -230,8 +230,16 @@ class Pipeline:
         reason = f"judge: {out.get('reason', '')}".strip()
         if action == "merge":
             if not 1 <= target <= len(same):
-                return "discard", None, f"judge chose merge into skill #{target}, which it was " \
-                                        "not shown"
+                # it meant "merge" but named a skill it was not shown: it may only pick among
+                # those it saw — the only one, or the nearest when that is clearly the same
+                # task; otherwise the rule is kept as a skill of its own rather than dropped
+                if len(same) == 1 or same[0].score >= RULE_MERGE_SCORE:
+                    reason += f" (it named skill #{target}, which it was not shown: the " \
+                              "nearest skill it was shown is used)"
+                    target = 1
+                else:
+                    return "add", None, (f"{reason} — it named skill #{target}, which it was "
+                                         "not shown, and none shown is clearly the same task")
             n = same[target - 1]
             overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]),
                               Candidate.from_skill(n.skill).text)
@@ -293,9 +301,10 @@ class Pipeline:
                 notes += repair_merge(merged, ex, c, [str(x) for x in out.get("replaced") or []])
             else:
                 merged = union(ex, c)
-            if _same_rules(merged, ex):
+            if _same_rules(merged, ex):  # reported as what it is, never as a merge
                 return Action("discard", skill=existing, candidate=c, step="merge",
-                              reason=f"nothing new for {existing.title}")
+                              reason=f"the merge changed nothing: {existing.title} already "
+                                     "says all of it")
             new = existing.copy(description=merged.description, instructions=merged.body(),
                                 triggers=merged.triggers, tags=merged.tags,
                                 examples=[{"input": e} for e in merged.examples],
