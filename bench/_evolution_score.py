@@ -6,7 +6,13 @@ holding the item's ``keywords``), ``merge`` (the skill ``into`` holds them, vers
 new skill does) or ``known`` (nothing may be written: the bank already says it). An empty list
 means nothing may be learned (a one-off conversation).
 
-Scoring is by keywords (case-insensitive substrings), so a model's own wording counts.
+Scoring is by keywords (case-insensitive substrings; ``a|b`` accepts either), so a model's own
+wording counts. Two views: **by count** (a write where one was expected, whatever it says) and
+**by content** (the write holds the expected keywords). Optional item fields: ``forbid`` (case
+details: names, numbers, topic nouns of this one request; none may appear in a written skill's
+name, description, goal, rules or triggers — a *leak*), ``absent`` (an old rule a contradicting
+merge must replace), ``examples`` (the skill should carry an example). A scenario may carry a
+``split`` ("tune" or "heldout"): the held-out half is never looked at while tuning.
 """
 
 from __future__ import annotations
@@ -22,16 +28,30 @@ from engine.learning.candidate import Candidate
 from engine.learning.events import Action
 from engine.text import normalize
 
-SCENARIOS = Path(__file__).resolve().parent / "scenarios" / "evolution.jsonl"
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+SCENARIOS = SCENARIO_DIR / "evolution.jsonl"
 QUICK = ["en-tldr-once", "zh-formal-tone", "en-repeat-bullets", "en-oneoff-always-question",
          "zh-oneoff-dont", "en-correct-indent", "zh-correct-weekly", "en-add-then-correct",
          "en-two-tasks", "zh-switch", "en-known"]
 
 
+def scenario_path(path: str | Path | None) -> Path:
+    """A file, or the name of a set in ``bench/scenarios/`` ("people", "evolution")."""
+    if path is None:
+        return SCENARIOS
+    p = Path(path)
+    if not p.exists() and (SCENARIO_DIR / f"{path}.jsonl").exists():
+        return SCENARIO_DIR / f"{path}.jsonl"
+    return p
+
+
 def load_scenarios(path: str | Path | None = None, ids: list[str] | None = None,
-                   quick: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
-    rows = [json.loads(line) for line in Path(path or SCENARIOS).read_text("utf-8").splitlines()
+                   quick: bool = False, limit: int | None = None,
+                   split: str | None = None) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in scenario_path(path).read_text("utf-8").splitlines()
             if line.strip()]
+    if split:
+        rows = [r for r in rows if r.get("split") == split]
     if quick:
         rows = [r for r in rows if r["id"] in QUICK]
     if ids:
@@ -61,7 +81,18 @@ def skill_blob(s: Skill) -> str:
 def has_keywords(text: str, item: dict[str, Any]) -> bool:
     kws = item.get("keywords") or []
     t = normalize(text)
-    return bool(kws) and all(normalize(k) in t for k in kws)
+    return bool(kws) and all(any(normalize(a) in t for a in k.split("|")) for k in kws)
+
+
+def general_text(s: Skill) -> str:
+    """What must stay free of case details: everything but the examples."""
+    return normalize("\n".join([s.title, s.description, s.instructions, *s.triggers]))
+
+
+def leaks(scenario: dict[str, Any], skills: list[Skill]) -> list[str]:
+    """Case details (the items' ``forbid`` strings) found in the written skills."""
+    forbid = {normalize(f) for it in scenario.get("expect") or [] for f in it.get("forbid") or []}
+    return sorted({f"{f!r} in {s.title}" for s in skills for f in forbid if f in general_text(s)})
 
 
 @dataclass
@@ -80,6 +111,16 @@ class Score:
     junk_oneoff: int = 0
     known_items: int = 0
     known_right: int = 0
+    count_hits: int = 0  # writes matched to an expected item by count (not by content)
+    leaks: int = 0  # scenarios with a case detail in a written skill
+    two_task: int = 0  # two-task scenarios
+    two_task_split: int = 0  # ... whose two items ended in two different skills
+    stale_expected: int = 0  # contradicting merges (an old rule must go)
+    stale_dropped: int = 0
+    examples_expected: int = 0
+    examples_kept: int = 0
+    zh: int = 0
+    zh_passed: int = 0
     passed: int = 0
     scenarios: int = 0
     notes: list[str] = field(default_factory=list)
@@ -99,6 +140,11 @@ def score(scenario: dict[str, Any], before: dict[str, Skill], after: list[Skill]
     changed = [s for s in after if s.id in before_ids and s.version != before_ids[s.id].version]
     writes = [a for a in actions if a.kind in ("add", "merge")]
     sc.writes = len(writes)
+    sc.count_hits = min(len(writes), sum(1 for it in items if it["outcome"] != "known"))
+    leaked = leaks(scenario, new + changed)
+    if leaked:
+        sc.leaks = 1
+        sc.notes.append(f"leak: {'; '.join(leaked)[:120]}")
     for a in writes:
         text = a.candidate.text if a.candidate is not None else skill_blob(a.skill)
         if any(has_keywords(text, it) for it in items if it["outcome"] != "known"):
@@ -118,6 +164,9 @@ def score(scenario: dict[str, Any], before: dict[str, Skill], after: list[Skill]
             continue
         sc.expected += 1
         holders_new = [s for s in new if has_keywords(skill_blob(s), it)]
+        if it.get("examples") and holders_new:
+            sc.examples_expected += 1
+            sc.examples_kept += int(bool(holders_new[0].examples))
         if it["outcome"] == "add":
             ok = len(holders_new) >= 1
             sc.recalled += int(ok)
@@ -141,13 +190,31 @@ def score(scenario: dict[str, Any], before: dict[str, Skill], after: list[Skill]
             has_keywords(skill_blob(s), it) for s in changed)
         sc.recalled += int(recalled)
         ok = in_target and not extra_new
+        stale = []
+        if it.get("absent") and target_now is not None:
+            sc.stale_expected += 1
+            stale = [a for a in it["absent"] if normalize(a) in skill_blob(target_now)]
+            sc.stale_dropped += int(not stale)
+        if stale and ok:
+            ok = False
+            sc.notes.append(f"merge into {it['into']!r}: the old rule {stale[0]!r} stayed")
+            stale = ["noted"]
         sc.right += int(ok)
         sc.merges_right += int(ok)
         sc.duplicates += len(extra_new)
-        if not ok:
+        if not ok and not stale:
             sc.notes.append(f"merge into {it['into']!r}: " + (
                 f"added as new skill {extra_new[0].title!r}" if extra_new
                 else "not learned" if not recalled else "merged elsewhere"))
+    if scenario.get("kind") == "two-tasks":
+        adds = [it for it in items if it["outcome"] == "add"]
+        homes = [{s.id for s in after if has_keywords(skill_blob(s), it)} for it in adds]
+        sc.two_task = 1
+        sc.two_task_split = int(len(homes) == 2 and all(homes) and not homes[0] & homes[1])
+        if all(homes) and not sc.two_task_split:
+            sc.notes.append("two tasks ended in one skill")
     sc.passed = int(sc.right == sc.expected and sc.known_right == sc.known_items
-                    and sc.junk == 0 and sc.duplicates == 0)
+                    and sc.junk == 0 and sc.duplicates == 0 and not sc.leaks)
+    sc.zh = int(scenario.get("lang") == "zh")
+    sc.zh_passed = sc.zh * sc.passed
     return sc

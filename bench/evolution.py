@@ -63,7 +63,10 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=48, help="tokens per probe answer")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--embedder", default=None, help="embedder name (default: the settings')")
-    p.add_argument("--scenarios", help="another scenario file (.jsonl)")
+    p.add_argument("--scenarios", help="another scenario file (.jsonl) or set name "
+                                       "('people': conversations written like real users')")
+    p.add_argument("--split", choices=["tune", "heldout"],
+                   help="only the scenarios of this split (sets that have one)")
     p.add_argument("--verbose", "-v", action="store_true", help="print every failed scenario")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--bank", help=argparse.SUPPRESS)
@@ -90,12 +93,11 @@ def _policy(worker: Any, policy: str) -> dict[str, str] | None:
 def run_scenarios(worker: Any, embedder: Any, scenarios: list[dict], *, policy: str,
                   mode: str, oracle: Any = None, log=print) -> dict[str, Any]:
     """Replay every scenario with one worker; returns totals and per-scenario notes."""
-    from engine.deskglue import make_pipeline
-
     from engine.learning.pipeline import Pipeline
 
     total, per, turns, calls, secs = Score(), [], 0, 0, 0.0
     step_calls: dict[str, int] = {}
+    step_secs: dict[str, float] = {}
     for sc in scenarios:
         if oracle is not None:
             oracle.load(sc)
@@ -104,7 +106,7 @@ def run_scenarios(worker: Any, embedder: Any, scenarios: list[dict], *, policy: 
             try:
                 before = seed_bank(desk.bank, "default", sc)
                 desk.refresh()
-                pipe: Pipeline = make_pipeline(desk)
+                pipe: Pipeline = desk.pipeline()
                 if (pol := _policy(worker, policy)) is not None:
                     pipe.policy.update(pol)
                 queue = desk.learning
@@ -124,6 +126,7 @@ def run_scenarios(worker: Any, embedder: Any, scenarios: list[dict], *, policy: 
                 calls += pipe.llm.stats.calls - c0
                 for step, ts in pipe.llm.stats.by_step.items():
                     step_calls[step] = step_calls.get(step, 0) + len(ts)
+                    step_secs[step] = step_secs.get(step, 0.0) + sum(ts)
                 turns += sum(1 for m in msgs if m["role"] == "user")
                 after = desk.bank.load("default", scope="user").skills
                 s = score(sc, before, after, actions)
@@ -137,14 +140,13 @@ def run_scenarios(worker: Any, embedder: Any, scenarios: list[dict], *, policy: 
                                 for a in actions]})
         log(f"  {sc['id']:<28} {'ok ' if s.passed else 'FAIL'} {'; '.join(s.notes)[:90]}")
     return {"score": total, "scenarios": per, "turns": turns, "calls": calls, "seconds": secs,
-            "step_calls": step_calls}
+            "step_calls": step_calls, "oneoffs": sum(1 for sc in scenarios if not sc["expect"]),
+            "step_seconds": step_secs}
 
 
 def preference_following(worker: Any, embedder: Any, n: int, max_tokens: int,
                          learned_by: Any = None) -> dict[str, Any]:
     """Share of summary answers starting with a TL;DR line, with the learned skill vs without."""
-    from engine.deskglue import make_pipeline
-
     from bench.oracle import OracleLLM
     from engine.llm.base import GenParams
     from engine.llm.worker import ModelWorker
@@ -162,7 +164,7 @@ def preference_following(worker: Any, embedder: Any, n: int, max_tokens: int,
                 oracle_worker = ModelWorker(OracleLLM(sc))
                 try:
                     desk.worker = oracle_worker
-                    desk.learning._pipeline = make_pipeline(desk)
+                    desk.learning._pipeline = desk.pipeline()
                     desk.ingest(sc["messages"])
                 finally:
                     desk.worker = worker
@@ -189,18 +191,27 @@ def preference_following(worker: Any, embedder: Any, n: int, max_tokens: int,
     return out
 
 
+def _ratio(a: int, b: int) -> str:
+    return f"{a / b:.2f}" if b else "n/a"
+
+
 def _table(rows: list[tuple[str, dict[str, Any]]]) -> str:
-    head = ["run", "scen", "pass", "ext P", "ext R", "judge acc", "right merge", "dup", "junk",
-            "junk 1-off", "calls/turn", "s/turn"]
+    head = ["run", "pass", "zh pass", "P cnt", "R cnt", "P cont", "R cont", "judge acc",
+            "right merge", "stale out", "dup", "junk", "junk 1-off", "leaks", "2-task split",
+            "examples", "calls/turn", "s/turn"]
     lines = []
     for name, r in rows:
         s: Score = r["score"]
-        prec = s.good_writes / s.writes if s.writes else float("nan")
-        lines.append([name, str(s.scenarios), f"{s.passed}/{s.scenarios}", f"{prec:.2f}",
-                      f"{s.recalled / max(1, s.expected):.2f}",
-                      f"{s.right / max(1, s.recalled):.2f}" if s.recalled else "n/a",
-                      f"{s.merges_right}/{s.merges_expected}", str(s.duplicates), str(s.junk),
-                      str(s.junk_oneoff), f"{r['calls'] / max(1, r['turns']):.2f}",
+        lines.append([name, f"{s.passed}/{s.scenarios}", f"{s.zh_passed}/{s.zh}",
+                      _ratio(s.count_hits, s.writes), _ratio(s.count_hits, s.expected),
+                      _ratio(s.good_writes, s.writes), _ratio(s.recalled, s.expected),
+                      _ratio(s.right, s.recalled),
+                      f"{s.merges_right}/{s.merges_expected}",
+                      f"{s.stale_dropped}/{s.stale_expected}", str(s.duplicates), str(s.junk),
+                      f"{s.junk_oneoff}/{r['oneoffs']}", str(s.leaks),
+                      f"{s.two_task_split}/{s.two_task}",
+                      f"{s.examples_kept}/{s.examples_expected}",
+                      f"{r['calls'] / max(1, r['turns']):.2f}",
                       f"{r['seconds'] / max(1, r['turns']):.2f}"])
     widths = [max(len(x) for x in col) for col in zip(head, *lines, strict=False)]
     fmt = lambda row: "  ".join(x.ljust(w) for x, w in zip(row, widths, strict=False))  # noqa: E731
@@ -217,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.settings import Settings
 
     scenarios = load_scenarios(a.scenarios, a.ids.split(",") if a.ids else None, a.quick,
-                               a.limit)
+                               a.limit, a.split)
     print(f"{len(scenarios)} scenarios ({sum(s['lang'] == 'zh' for s in scenarios)} Chinese), "
           f"replay: {a.mode}, policy: {a.policy}")
     embedder = make_embedder(a.embedder or Settings.load().embedder)
@@ -250,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     print(_table(rows))
     for name, r in rows:
         if r["step_calls"]:
-            print(f"  {name}: model calls by step {r['step_calls']}")
+            print(f"  {name}: model calls by step {r['step_calls']}; seconds per user turn by "
+                  "step " + ", ".join(f"{k} {v / max(1, r['turns']):.2f}"
+                                       for k, v in r["step_seconds"].items()))
     if follow:
         print("\nPreference following: answers to summary requests that start with a TL;DR "
               "line")

@@ -105,7 +105,8 @@ class OracleLLM:
         props = set((schema or {}).get("properties") or {})
         last = messages[-1]["content"] if messages else ""
         kind = ("extract" if "skills" in props else "judge" if "action" in props
-                else "rewrite" if "query" in props else "merge")
+                else "rewrite" if "query" in props else "triage" if "kind" in props
+                else "merge")
         self.calls.append(kind)
         self._sleep(cancel)
         with self._lock:
@@ -116,6 +117,12 @@ class OracleLLM:
         latest = prompt.rsplit("Latest:", 1)[-1].strip()
         return {"query": latest or "query"}
 
+    def _triage(self, prompt: str) -> dict[str, Any]:
+        """Durable when an expected item's evidence is in the user turns shown."""
+        shown = normalize(prompt)
+        hit = any(e.get("evidence") and normalize(e["evidence"]) in shown for e in self.expect)
+        return {"kind": "rule" if hit else "none"}
+
     def _item_json(self, e: dict[str, Any]) -> dict[str, Any]:
         name = e.get("name") or e.get("into") or "skill"
         rules = list(e.get("constraints") or [])
@@ -123,6 +130,7 @@ class OracleLLM:
                 "constraints": rules, "goal": e.get("goal") or e.get("description") or name,
                 "workflow": list(e.get("workflow") or []),
                 "triggers": list(e.get("triggers") or [name]), "tags": list(e.get("tags") or []),
+                "examples": list(e.get("examples") or []),
                 "level": e.get("level") or "functional", "confidence": 0.9}
 
     def _extract(self, prompt: str) -> dict[str, Any]:
@@ -160,9 +168,14 @@ class OracleLLM:
         triggers = ex.get("triggers", []) + [t for t in new.get("triggers", [])
                                              if t not in ex.get("triggers", [])]
         desc = (ex.get("description") or [""])[0] or "Merged skill."
+        new_rules = {normalize(r) for r in new.get("constraints", [])}
+        replaced = [a for e in self.expect if e.get("outcome") == "merge"
+                    and {normalize(r) for r in e.get("constraints") or []} & new_rules
+                    for a in e.get("absent") or []]
+        rules = [r for r in rules if normalize(r) not in {normalize(a) for a in replaced}]
         return {"description": desc, "constraints": rules,
                 "goal": (ex.get("goal") or [desc])[0], "workflow": ex.get("workflow", []),
-                "triggers": triggers[:8], "tags": []}
+                "triggers": triggers[:8], "tags": [], "replaced": replaced}
 
 
 def _fields(text: str) -> dict[str, list[str]]:

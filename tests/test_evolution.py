@@ -62,7 +62,8 @@ def replay(desk: SkillDesk, messages: list[dict]) -> list:
 
 # ------------------------------------------------------------------------------ prompts
 @pytest.mark.parametrize("name, lang", [("rewrite", None), ("chat", None), ("extract", None),
-                                        ("extract", "zh"), ("judge", None), ("merge", None)])
+                                        ("extract", "zh"), ("judge", None), ("merge", None),
+                                        ("triage", None)])
 def test_prompt_files_load_fill_and_have_valid_schemas(name, lang):
     p = prompts.load(name, lang=lang)
     assert (p.variant == "zh") == (lang == "zh")

@@ -3,7 +3,9 @@
 :func:`vet_candidate` cleans one extracted candidate (drops rules that are not grounded in the
 user's own words or that were copied from the assistant, scrubs case details) and returns the
 reason to discard it, if any: no rules left, a generic name, low confidence, leftover personal
-data. :func:`repair_merge` makes sure a merge never loses an existing rule that the new
+data. :func:`generalize` keeps the instance out of what describes the skill: the words that
+only the request turns had (the one dish, the one table, a person's name, a number, quoted
+text) never stay in its name, goal, description or triggers. :func:`repair_merge` makes sure a merge never loses an existing rule that the new
 candidate did not explicitly correct.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import re
 
 from engine.learning.candidate import Candidate
+from engine.learning.rules import named_tools
 from engine.text import (
     ZH_STOP,
     clip,
@@ -67,8 +70,12 @@ def _copied_from_assistant(rule: str, user_toks: set[str], assistant: str) -> bo
 
 def grounded(rule: str, user_toks: set[str], user_text: str) -> bool:
     """Most of the rule's words come from the user's messages. Chinese paraphrases reorder
-    characters ("风险一栏必须有" for "要加上风险一栏"), so Chinese rules count characters."""
-    if coverage(rule, user_toks) >= GROUNDING:
+    characters ("风险一栏必须有" for "要加上风险一栏"), so Chinese rules count characters.
+    A constraint stated as a fact ("I strictly avoid gluten") becomes a rule with words of its
+    own ("Avoid gluten in food suggestions"): two of the user's words and a third of the rule
+    ground it too."""
+    cov = coverage(rule, user_toks)
+    if cov >= GROUNDING or (cov >= 0.3 and len(content_tokens(rule) & user_toks) >= 2):
         return True
     chars = {ch for ch in normalize(rule) if "\u4e00" <= ch <= "\u9fff" and ch not in ZH_STOP}
     if len(chars) < 3:
@@ -76,8 +83,95 @@ def grounded(rule: str, user_toks: set[str], user_text: str) -> bool:
     return len(chars & set(normalize(user_text))) / len(chars) >= 0.6
 
 
-def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "") -> str | None:
-    """Clean ``c`` in place; return why it must be discarded, or None when it may be used."""
+_QUOTE = re.compile(r"[\"“「『‘][^\"”」』’]*[\"”」』’]|(?<!\w)'[^']{2,}'(?!\w)")
+MAX_TRIGGER_CHARS = 60  # a trigger is a short request a user would type, not a pasted sentence
+
+
+def _rule_turns(turns: list[str], rules: list[str]) -> tuple[list[str], list[str]]:
+    """(turns that state the rules, the other turns: the requests)."""
+    ruled, asked = [], []
+    for t in turns:
+        toks = content_tokens(t)
+        (ruled if any(coverage(r, toks) >= 0.34 for r in rules) else asked).append(t)
+    return ruled, asked
+
+
+_CAP = re.compile(r"\b[A-Z][\w'-]+")
+_NUM = re.compile(r"\d+(?:[.,:]\d+)*")
+
+
+def _specific(text: str) -> set[str]:
+    """The tokens of ``text`` that name one instance: quoted text, numbers, and capitalised
+    words inside a sentence (names of people, places, products: "Lisbon", "PostgreSQL")."""
+    out = set()
+    for m in _QUOTE.finditer(text):
+        out |= content_tokens(m[0])
+    out |= {m for m in _NUM.findall(text)}
+    for m in _CAP.finditer(text):
+        before = text[:m.start()].rstrip()
+        if before and before[-1] not in ".!?:;\n\"'(“‘" and m[0] not in ("I", "I'm", "I'd"):
+            out |= content_tokens(m[0])
+    return out
+
+
+def case_details(turns: list[str], rules: list[str], *, topic: bool = False) -> set[str]:
+    """The instance: quoted text, numbers and names (:func:`_specific`) of the request turns
+    that the turns stating the rules do not repeat outside quotes (quoted text there is an
+    example). With ``topic``, also every other word only the request turns had and the rules
+    do not use ("mortgage" in "Explain what a mortgage is" before "talk like a pirate in every
+    reply"): what a skill's name, goal and description must not carry. Triggers may name the
+    kind of request ("write an email"), so they are checked without ``topic``. The tools the
+    conversation names ("Python", "SQL") are never case details."""
+    ruled, asked = _rule_turns(turns, rules)
+    if not ruled or not asked:
+        return set()
+    keep = content_tokens(_QUOTE.sub(" ", "\n".join(ruled))) | content_tokens(
+        " ".join(named_tools("\n".join(turns))))
+    if topic:
+        keep |= content_tokens("\n".join(rules))
+    stems = {k[:4] for k in keep if k.isascii() and len(k) >= 4}  # query / queries
+    found = set().union(*(_specific(t) for t in asked))
+    if topic:
+        found |= content_tokens("\n".join(asked))
+    return {t for t in found if t not in keep
+            and not (t.isascii() and len(t) >= 4 and t[:4] in stems)}
+
+
+def _carries(text: str, case: set[str]) -> bool:
+    return bool(case) and bool(content_tokens(text) & case)
+
+
+def generalize(c: Candidate, turns: list[str]) -> list[str]:
+    """Strip the instance from ``c``'s name, goal, description and triggers (in place).
+
+    A trigger carrying a case detail or longer than MAX_TRIGGER_CHARS is dropped; a goal or
+    description carrying one is rebuilt from the rules; a name carrying one loses those words
+    (or, when nothing is left, becomes the first rule's short form). Returns notes."""
+    from engine.learning.rules import short_name
+
+    case = case_details(turns, c.constraints)
+    topic = case_details(turns, c.constraints, topic=True)
+    notes = []
+    kept = [t for t in c.triggers if len(t) <= MAX_TRIGGER_CHARS and not _carries(t, case)]
+    if len(kept) < len(c.triggers):
+        notes.append(f"dropped {len(c.triggers) - len(kept)} case-specific trigger(s)")
+    c.triggers = kept
+    if _carries(c.name, topic):
+        words = [w for w in c.name.split() if not _carries(w, topic)]
+        new = " ".join(words) if language(c.name) == "en" else ""
+        c.name = new if len(content_tokens(new)) >= 2 else short_name(c.constraints[0])
+        notes.append("name made general")
+    for attr in ("goal", "description"):
+        if _carries(getattr(c, attr), topic):
+            setattr(c, attr, clip("; ".join(c.constraints[:2]), 200))
+            notes.append(f"{attr} made general")
+    return notes
+
+
+def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
+                  turns: list[str] | None = None) -> str | None:
+    """Clean ``c`` in place; return why it must be discarded, or None when it may be used.
+    ``turns`` (the user's messages one by one) lets :func:`generalize` find the instance."""
     user_toks = content_tokens(user_text)
     kept, dropped = [], []
     for rule in c.constraints:
@@ -98,6 +192,8 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "") -> str
         return f"low confidence {c.confidence:.2f}"
     if any(has_pii(x) for x in [c.name, c.description, *c.constraints, *c.triggers]):
         return "case-specific details (emails, phone or order numbers) left in the rules"
+    if turns:
+        generalize(c, turns)
     if not c.description.strip():
         c.description = c.goal or "; ".join(c.constraints[:2])
     if not c.goal.strip():
@@ -153,14 +249,28 @@ def union(existing: Candidate, new: Candidate) -> Candidate:
                      extra_sections=existing.extra_sections)
 
 
-def repair_merge(merged: Candidate, existing: Candidate, new: Candidate) -> list[str]:
+def _listed(rule: str, listed: list[str]) -> bool:
+    return any(normalize(rule) == normalize(x) or jaccard(rule, x) >= 0.75 for x in listed)
+
+
+def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
+                 replaced: list[str] | None = None) -> list[str]:
     """Fix a model's merge in place: no lost rules, no dropped triggers, identity kept.
 
-    Returns a note per repair (for the event log).
+    An existing rule stays unless the model left it out and a new rule corrects it
+    (:func:`corrects`), or the model named it in ``replaced`` (a new rule contradicts it: "at
+    the top" for "at the end"; word overlap alone cannot tell a contradiction from a second
+    rule about the same thing); a replaced rule goes even when the model also kept it. The old wording stays in the skill's history
+    (every write keeps the previous version). Returns a note per repair (for the event log).
     """
     notes = []
-    rules = dedupe(merged.constraints)
+    replaced = [r for r in (replaced or []) if any(_listed(r, [o]) for o in existing.constraints)]
+    rules = [r for r in dedupe(merged.constraints)
+             if not (_listed(r, replaced) and not _listed(r, new.constraints))]
     for old in existing.constraints:
+        if _listed(old, replaced) and new.constraints:
+            notes.append(f"replaced rule {clip(old, 60)!r} (the old wording is in the history)")
+            continue
         kept = max((jaccard(old, r) for r in rules), default=0.0) >= 0.5
         corrected = any(corrects(n, old) for n in new.constraints)
         if not kept and not corrected:

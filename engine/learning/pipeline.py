@@ -1,4 +1,4 @@
-"""The learning pipeline for one conversation: gate → extract → check → judge → merge/add.
+"""The learning pipeline for one conversation: triage → extract → check → judge → merge/add.
 
 Every model step validates its JSON; an unusable answer becomes a ``discard`` action with the
 reason, never a crash and never a skill. Deterministic checks (:mod:`.checks`) run after
@@ -92,16 +92,19 @@ class Pipeline:
         """Learn from ``messages``; ``checkpoint()`` runs between steps (pause / stop)."""
         self.checkpoint = checkpoint or (lambda: None)
         actions: list[Action] = []
-        for w in triage.windows(messages, mode):
+        decide = self._triage if self.policy.get("triage") == "llm" and self.llm is not None \
+            else None
+        for w in triage.windows(messages, mode, decide):
             self.checkpoint()
             candidates, failed = self.extract(w)
             if failed is not None:
                 actions.append(failed)
             fixing = any(triage.is_fixing(t.text) for t in w.turns[-1:])
+            texts = [t.text for t in w.turns]
             vetted = []
             for c in candidates:
                 c.fixing = fixing
-                why = vet_candidate(c, w.user_text, w.assistant_text)
+                why = vet_candidate(c, w.user_text, w.assistant_text, texts)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:
@@ -111,7 +114,7 @@ class Pipeline:
                 # hold what it missed (never anything the user did not say)
                 for c in rule_extract(w):
                     c.fixing = fixing
-                    if vet_candidate(c, w.user_text, w.assistant_text) is None:
+                    if vet_candidate(c, w.user_text, w.assistant_text, texts) is None:
                         vetted.append(c)
             if not candidates and not vetted and failed is None:
                 actions.append(Action("discard", reason="no reusable rule in the user's messages"
@@ -123,6 +126,25 @@ class Pipeline:
             log.info("evolution %s%s: %s", a.kind,
                      f" {a.skill.title}" if a.skill is not None else "", a.reason)
         return actions
+
+    # ------------------------------------------------------------------------------ triage
+    def _triage(self, turns: list[triage.UserTurn]) -> str | None:
+        """The model's one-word decision: does the newest turn hold anything durable?
+
+        A short prompt (``triage.md``) with a constrained ``{"kind": ...}`` answer at background
+        priority; an unusable answer is "nothing" (the cost of a miss is one lost rule, the cost
+        of a false yes one extraction call whose checks still stand)."""
+        self.checkpoint()
+        numbered = "\n".join(f"{i}. {clip(scrub(t.text), 300)}" for i, t in enumerate(turns, 1))
+        try:
+            out = self.llm.structured("triage", user_turns=numbered)
+        except Cancelled:
+            raise
+        except SkillDeskError as exc:
+            log.info("evolution: triage failed (%s); nothing learned from this turn", exc)
+            return None
+        kind = str(out.get("kind") or "none")
+        return None if kind == "none" else kind
 
     # ------------------------------------------------------------------------------ extract
     def extract(self, w: triage.Window) -> tuple[list[Candidate], Action | None]:
@@ -175,11 +197,10 @@ class Pipeline:
             if known_already(c, Candidate.from_skill(n.skill)):
                 return Action("discard", skill=n.skill, candidate=c, step="judge",
                               reason=f"already known: {n.skill.title} says all of it")
-        # merges stay within a level (SkillX), except for a guessed level (rule extraction) or
-        # a correction of the last answer, which refines the skill in play whatever its level
-        cross = c.level_guessed or c.fixing
-        same = [n for n in near if cross or n.skill.level == c.level
-                or n.score >= RULE_MERGE_SCORE][: self.top_m]  # a model's level is a guess too
+        # the judge sees the nearest skills whatever their level: a level is a guess (a model's
+        # or the rules'), and a rule about the same task belongs to that task's skill (on the
+        # people set, 3 of 10 merge targets were of another level than the extracted rule)
+        same = near[: self.top_m]
         if not same:
             return self.add(c, turn_id, f"no similar {c.level} skill yet")
         if self.policy["judge"] == "llm" and self.llm is not None:
@@ -209,8 +230,16 @@ class Pipeline:
         reason = f"judge: {out.get('reason', '')}".strip()
         if action == "merge":
             if not 1 <= target <= len(same):
-                return "discard", None, f"judge chose merge into skill #{target}, which it was " \
-                                        "not shown"
+                # it meant "merge" but named a skill it was not shown: it may only pick among
+                # those it saw — the only one, or the nearest when that is clearly the same
+                # task; otherwise the rule is kept as a skill of its own rather than dropped
+                if len(same) == 1 or same[0].score >= RULE_MERGE_SCORE:
+                    reason += f" (it named skill #{target}, which it was not shown: the " \
+                              "nearest skill it was shown is used)"
+                    target = 1
+                else:
+                    return "add", None, (f"{reason} — it named skill #{target}, which it was "
+                                         "not shown, and none shown is clearly the same task")
             n = same[target - 1]
             overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]),
                               Candidate.from_skill(n.skill).text)
@@ -269,12 +298,13 @@ class Pipeline:
                     return Action("discard", skill=existing, candidate=c, step="merge",
                                   reason=f"merge answer unusable: {clip(str(exc), 160)}")
                 merged = Candidate.from_json({**out, "name": ex.name, "level": ex.level})
-                notes += repair_merge(merged, ex, c)
+                notes += repair_merge(merged, ex, c, [str(x) for x in out.get("replaced") or []])
             else:
                 merged = union(ex, c)
-            if _same_rules(merged, ex):
+            if _same_rules(merged, ex):  # reported as what it is, never as a merge
                 return Action("discard", skill=existing, candidate=c, step="merge",
-                              reason=f"nothing new for {existing.title}")
+                              reason=f"the merge changed nothing: {existing.title} already "
+                                     "says all of it")
             new = existing.copy(description=merged.description, instructions=merged.body(),
                                 triggers=merged.triggers, tags=merged.tags,
                                 examples=[{"input": e} for e in merged.examples],

@@ -126,18 +126,27 @@ def _imperative(rule: str) -> str:
     return out[:1].upper() + out[1:]
 
 
-def _name(rule: str) -> str:
-    # "Summaries should always start with X" → "Summaries start with X" (a title, not a rule)
+_COND = re.compile(r"^(whenever|when|if|each time|every ?time|any ?time)\s+(you\s+|i\s+)?", re.I)
+
+
+def short_name(rule: str) -> str:
+    """A short title from a rule, never the raw sentence: its first clause, at most four
+    content words (English) or eight characters (Chinese), without quoted text."""
+    rule = _QUOTED.sub(" ", rule)
     rule = re.sub(r"\bshould (always )?(be )?", lambda m: "are " if m[2] else "", rule, count=1)
-    if language(rule) == "zh":
-        return clip(re.sub(r"[，,。：:；;].*$", "", rule), 16)
-    words = rule.split()
-    out = []
-    for w in words:
-        out.append(w)
-        if len(" ".join(out)) >= 40:
+    first = re.split(r"[，,。：:；;()（）]", rule, maxsplit=1)[0].strip() or rule
+    first = _COND.sub("", first).strip() or first  # "Whenever you write X" → "write X"
+    first = re.sub(r"\s+for (me|us)$", "", first, flags=re.I)
+    if language(first) == "zh":
+        return clip(first, 8).rstrip("…")
+    out, n = [], 0
+    for w in first.split():
+        if n >= 4:
             break
-    return " ".join(out).rstrip(",;:") or rule[:40]
+        out.append(w)
+        n += bool(content_tokens(w))
+    name = " ".join(out).rstrip(",;:.!")
+    return name[:1].upper() + name[1:] if name else clip(rule, 32)
 
 
 def rule_extract(w: Window) -> list[Candidate]:
@@ -160,11 +169,8 @@ def rule_extract(w: Window) -> list[Candidate]:
                 rules.append(rule)
     if not rules:
         return []
-    first = w.turns[0].text
-    triggers = []
-    if not is_rule_sentence(first) and len(w.turns) > 1:
-        triggers.append(clip(scrub(first), 80))
-    name = _name(rules[0])
+    triggers: list[str] = []  # never the user's pasted request: it carries the instance
+    name = short_name(rules[0])
     level = "atomic" if named_tools(" ".join(rules)) else "functional"
     c = Candidate(name=name, description=clip("; ".join(rules), 200), goal=clip(rules[0], 200),
                   constraints=rules[:6], triggers=triggers + [name], tags=[], level=level,

@@ -6,11 +6,15 @@ one. Two tiers exist because the bundled SmolLM2-135M cannot produce usable stru
 (measured with ``skilldesk bench evolution``: its extractions and judgements are mostly junk),
 while Qwen2.5-1.5B and up can:
 
-- ``tiny``: every structured step is done by rules (rewrite, extract, judge, merge), no
-  plan-aware retrieval, a short skill block (its context is small and it copies long prompts).
-- ``capable`` / ``unknown``: the model rewrites, extracts (the user's own rule sentences back it
-  up when none of its candidates survives the checks), judges and merges; complex requests are
-  planned before retrieval (SkillX §4); consolidation merges with the model.
+- ``tiny``: every structured step is done by rules (triage by cue words, rewrite, extract,
+  judge, merge), no plan-aware retrieval, a short skill block (its context is small and it
+  copies long prompts).
+- ``capable`` / ``unknown``: the model triages (a short prompt with a one-word constrained
+  answer decides whether the newest user turns hold anything durable; cue words only
+  fast-track, never veto: on conversations written outside the project the keyword gate let
+  through 1 of 100 PrefEval preferences), rewrites, extracts (the user's own rule sentences
+  back it up when none of its candidates survives the checks), judges and merges; complex
+  requests are planned before retrieval (SkillX §4); consolidation merges with the model.
 
 Every caller asks :func:`policy` (or :func:`tier_of`); nobody compares tier names itself.
 """
@@ -30,6 +34,7 @@ class TierPolicy:
     """The steps of one tier: ``llm`` (the model), ``rule`` (no model call), ``llm+rule``
     (the model, then the user's own rule sentences when nothing it found survives)."""
 
+    triage: Step  # "llm": cue words fast-track, the model decides the rest; "rule": cues only
     rewrite: Step
     extract: Step
     judge: Step
@@ -40,14 +45,14 @@ class TierPolicy:
     max_skills: int  # skills injected into one answer
 
     def steps(self) -> dict[str, str]:
-        return {"rewrite": self.rewrite, "extract": self.extract, "judge": self.judge,
-                "merge": self.merge}
+        return {"triage": self.triage, "rewrite": self.rewrite, "extract": self.extract,
+                "judge": self.judge, "merge": self.merge}
 
 
-_CAPABLE = TierPolicy(rewrite="llm", extract="llm+rule", judge="llm", merge="llm", plan=True,
+_CAPABLE = TierPolicy(triage="llm", rewrite="llm", extract="llm+rule", judge="llm", merge="llm", plan=True,
                       consolidate_merge="llm", skill_chars=1800, max_skills=3)
 POLICIES: dict[str, TierPolicy] = {
-    "tiny": TierPolicy(rewrite="rule", extract="rule", judge="rule", merge="rule", plan=False,
+    "tiny": TierPolicy(triage="rule", rewrite="rule", extract="rule", judge="rule", merge="rule", plan=False,
                        consolidate_merge="union", skill_chars=700, max_skills=2),
     "capable": _CAPABLE,
     "unknown": _CAPABLE,

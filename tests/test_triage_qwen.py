@@ -1,0 +1,47 @@
+"""The model's triage on the recommended model (Qwen2.5-Coder-1.5B-Instruct), kept short: a
+firm personal constraint and a rule said without cue words get through, a one-off question and a
+"just this once" request do not, and the answer is one small constrained JSON object.
+
+The sentences are not from the benchmark sets (bench/scenarios/people.jsonl, PrefEval)."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.bank.store import SkillBank
+from engine.learning import Pipeline
+from engine.learning.triage import user_turns
+from engine.llm.client import LLMClient
+from engine.llm.llama_backend import LlamaCppBackend
+from engine.llm.registry import resolve
+from engine.llm.worker import BACKGROUND, ModelWorker
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def pipeline(qwen_path, tmp_path_factory):
+    worker = ModelWorker(LlamaCppBackend(resolve(str(qwen_path)), n_threads=2, n_ctx=2048))
+    worker.wait_ready()
+    bank = SkillBank(tmp_path_factory.mktemp("bank"))
+    p = Pipeline(bank, "default", LLMClient(worker, priority=BACKGROUND))
+    p.checkpoint = lambda: None
+    yield p
+    worker.close()
+
+
+def decide(pipeline, *said: str) -> str | None:
+    return pipeline._triage(user_turns([{"role": "user", "content": s} for s in said]))
+
+
+def test_qwen_triage_keeps_what_lasts(pipeline):
+    assert pipeline.policy["triage"] == "llm"
+    assert decide(pipeline, "I'm allergic to shellfish, so keep that in mind for food ideas.")
+    assert decide(pipeline, "Draft a note to my neighbour about the fence.",
+                  "Notes to neighbours: friendly, and no more than three sentences.")
+
+
+def test_qwen_triage_drops_one_offs(pipeline):
+    assert decide(pipeline, "How many minutes should I boil an egg?") is None
+    assert decide(pipeline, "Just this once, reply in Italian: my cousin is reading along.") \
+        is None
