@@ -265,3 +265,36 @@ def test_review_lists_unused_duplicates_and_junk_and_deletes_nothing(tmp_path, e
         assert len([s for s in desk.skills if "report" in s.title.lower()]) == 1
     finally:
         desk.close()
+
+
+# --------------------------------------------------------------------------- a real model
+@pytest.mark.model
+def test_real_chat_injects_the_always_on_skill_counts_use_and_drops_disabled(
+        tmp_path, embedder, bundled_model_path):
+    """A real turn on the bundled model: the always-on skill is in the skill block of a
+    request it has nothing to do with, its use is counted, a disabled skill never is."""
+    settings = Settings()
+    settings.model.model = str(bundled_model_path)
+    settings.model.n_threads = 2
+    settings.learning = False
+    desk = SkillDesk.open(tmp_path / "bank", config=settings, create=True, embedder=embedder)
+    try:
+        for title, desc, rules in SKILLS:
+            desk.create(Skill(name=title, title=title, description=desc, triggers=[desc],
+                              instructions="# Goal\n" + desc + "\n\n# Constraints & Style\n"
+                              + "".join(f"- {r}\n" for r in rules)))
+        lang = desk.new_skill("Answer in Chinese", description="Always answer in Chinese.",
+                              rules=["Reply in Simplified Chinese"])
+        desk.set_always_on(lang)
+        desk.disable(desk.find("SQL query tuning"))
+        from engine.llm.base import GenParams
+
+        res = desk.chat([{"role": "user", "content": "My SQL query is slow; how do I speed it "
+                                                     "up with an index?"}],
+                        params=GenParams(max_tokens=12))
+        names = [s.title for s in res.injected]
+        assert names[0] == "Answer in Chinese" and "SQL query tuning" not in names
+        assert desk.usage(lang).uses == 1
+        assert desk.usage(desk.find("SQL query tuning")).uses == 0
+    finally:
+        desk.close()
