@@ -200,9 +200,12 @@ class SkillManagement:
         st = self.state.all()
         return sum(1 for e in st.values() if e.get("disabled") or e.get("feedback"))
 
-    def with_always_on(self, hits: list[SkillHit]) -> list[SkillHit]:
-        """The chat's hits: the always-on skills first, then ``hits`` without repeats."""
+    def with_always_on(self, hits: list[SkillHit], query: str = "") -> list[SkillHit]:
+        """The chat's hits: the always-on skills first, then ``hits`` without repeats. An
+        always-on skill the user said "didn't fit" a request like ``query`` is left out too."""
         always = [SkillHit(s, ALWAYS_SCORE, 0.0, 0.0) for s in self.always_on()]
+        if always and query:
+            always = self._filter_hits(query, always, None)
         ids = {h.skill.id for h in always}
         return always + [h for h in hits if h.skill.id not in ids]
 

@@ -298,3 +298,19 @@ def test_real_chat_injects_the_always_on_skill_counts_use_and_drops_disabled(
         assert desk.usage(desk.find("SQL query tuning")).uses == 0
     finally:
         desk.close()
+
+
+def test_didnt_fit_on_an_always_on_skill_drops_it_for_similar_requests(tmp_path, embedder):
+    desk = _desk(tmp_path / "bank", embedder)
+    try:
+        lang = desk.new_skill("Answer in Chinese", description="Always answer in Chinese.")
+        desk.set_always_on(lang)
+        asked = "write the commit message for my bug fix"
+        desk.feedback(lang, asked)
+        assert "Answer in Chinese" not in desk.render_context(asked)
+        assert "Answer in Chinese" not in desk.render_context(
+            "write a commit message for this bugfix")
+        assert desk.render_context("what is the capital of France?").startswith(
+            'Skill "Answer in Chinese"')
+    finally:
+        desk.close()
