@@ -314,3 +314,38 @@ def test_didnt_fit_on_an_always_on_skill_drops_it_for_similar_requests(tmp_path,
             'Skill "Answer in Chinese"')
     finally:
         desk.close()
+
+
+def test_real_vim_saves_twice_while_skilldesk_watches(tmp_path, embedder):
+    """The issue's own flow, in vim itself: add a rule, :w, wait 2 s with the file open, add
+    another, :w. If SkillDesk wrote into the file in between, vim's second :w stops at "The
+    file has been changed since reading it" (in Ex mode with no answer: nothing written)."""
+    import shutil
+
+    vim = shutil.which("vim")
+    if vim is None:
+        pytest.skip("vim is not installed")
+    desk = _desk(tmp_path / "bank", embedder)
+    try:
+        s = desk.find("Git commit messages")
+        s = desk.update(s.copy(instructions=s.instructions + "- No trailing period\n"),
+                        expected_hash=s.content_hash)
+        desk.watch()
+        run = subprocess.run(
+            [vim, "-Es", "-u", "NONE", "-N", "-i", "NONE",
+             "-c", 'call append(line("$"), "- Reference the issue number")', "-c", "w",
+             "-c", "sleep 2",
+             "-c", 'call append(line("$"), "- Wrap the body at 72 characters")', "-c", "w",
+             "-c", "qa!", str(s.path)],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stdout + run.stderr
+        text = s.path.read_text("utf-8")
+        assert text.endswith("- Reference the issue number\n"
+                             "- Wrap the body at 72 characters\n"), text
+        deadline = time.time() + 10
+        while time.time() < deadline and desk.bank.history.latest(s.id).version != "0.1.3":
+            time.sleep(0.1)
+        assert desk.bank.history.latest(s.id).source == "user-edit"
+        assert s.path.read_text("utf-8") == text  # and still untouched after recording
+    finally:
+        desk.close()
