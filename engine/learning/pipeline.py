@@ -293,7 +293,8 @@ class Pipeline:
                 continue
             self._refresh(written)
             return Action("merge", skill=written, candidate=c, step="write", reason=reason,
-                          previous_version=existing.version, notes=notes)
+                          # a hand edit is versioned in the history, not the file (issue 18)
+                          previous_version=self.bank.effective_version(existing), notes=notes)
         return Action("error", skill=target, candidate=c, step="merge",
                       reason=f"{target.title} kept changing on disk; the merge was not written")
 
