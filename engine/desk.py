@@ -371,9 +371,10 @@ class SkillDesk(SkillManagement):
 
         def retrieve(query: str, k: int | None, client: LLMClient) -> list[SkillHit]:
             if use_plan:
-                return self.with_always_on(plan_search(self, query, client, top_k=k).hits,
-                                           query)
-            return self.with_always_on(self.search(query, k), query)
+                hits = plan_search(self, query, client, top_k=k).hits
+            else:
+                hits = self.search(query, k)
+            return self.versioned(self.with_always_on(hits, query))
 
         def on_done(result: TurnResult, convo: list[dict]) -> str | None:
             try:

@@ -213,6 +213,16 @@ class SkillManagement:
         ids = {h.skill.id for h in always}
         return always + [h for h in hits if h.skill.id not in ids]
 
+    def versioned(self, hits: list[SkillHit]) -> list[SkillHit]:
+        """The hits with each skill's effective version (a hand edit's recorded one), so the
+        answer's "Skills used" line names the version the history and the detail pane show."""
+        out = []
+        for h in hits:
+            v = self.bank.effective_version(h.skill) if h.skill.scope == "user" else None
+            out.append(h if not v or v == h.skill.version else
+                       SkillHit(h.skill.copy(version=v), h.score, h.dense, h.lexical))
+        return out
+
     # ------------------------------------------------------------------ usage and feedback
     def record_use(self, injected: list[Any]) -> None:
         """One more use for each skill injected into an answer (``InjectedSkill`` or Skill)."""

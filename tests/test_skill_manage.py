@@ -349,3 +349,17 @@ def test_real_vim_saves_twice_while_skilldesk_watches(tmp_path, embedder):
         assert s.path.read_text("utf-8") == text  # and still untouched after recording
     finally:
         desk.close()
+
+
+def test_chat_hits_name_a_hand_edits_recorded_version(tmp_path, embedder):
+    desk = _desk(tmp_path / "bank", embedder)
+    try:
+        s = desk.find("SQL query tuning")
+        s.path.write_text(s.path.read_text("utf-8") + "- Check the row estimates\n", "utf-8")
+        assert desk.bank.record_hand_edit(s.path).version == "0.1.1"
+        desk.refresh([s.path])
+        hits = desk.versioned(desk.search("speed up a slow SQL query with an index"))
+        assert [(h.skill.title, h.skill.version) for h in hits][:1] == [
+            ("SQL query tuning", "0.1.1")]
+    finally:
+        desk.close()
