@@ -152,7 +152,7 @@ class SkillDesk(SkillManagement):
     def render_context(self, query: str, *, hits: list[SkillHit] | None = None,
                        budget: int = DEFAULT_SKILL_CHARS) -> str:
         """The skill block the chat would inject for ``query`` ("" when none applies)."""
-        hits = self.with_always_on(self.search(query)) if hits is None else hits
+        hits = self.with_always_on(self.search(query), query) if hits is None else hits
         return render_skills(hits, budget)
 
     def neighbours(self, query: str, k: int) -> list[Neighbour]:
@@ -391,8 +391,10 @@ class SkillDesk(SkillManagement):
 
         def retrieve(query: str, k: int | None, client: LLMClient) -> list[SkillHit]:
             if use_plan:
-                return self.with_always_on(plan_search(self, query, client, top_k=k).hits)
-            return self.with_always_on(self.search(query, k))
+                hits = plan_search(self, query, client, top_k=k).hits
+            else:
+                hits = self.search(query, k)
+            return self.versioned(self.with_always_on(hits, query))
 
         def on_done(result: TurnResult, convo: list[dict]) -> str | None:
             try:

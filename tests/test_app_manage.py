@@ -228,3 +228,32 @@ def test_didnt_fit_on_the_skills_used_line(qtbot, window):
     w.toast.show_btn.click()  # "Disable it"
     qtbot.waitUntil(lambda: state(w)[sql.id].get("disabled") is True, timeout=10000)
     assert json.dumps(state(w))  # still a readable sidecar
+
+
+@pytest.mark.model
+def test_file_import_conversations_learns_with_progress_and_summary(
+        qtbot, open_app, bank_dir, tmp_path, bundled_model_path, preference_chat):
+    """File → Import… on a real conversation export with the bundled model: progress, then a
+    summary naming what was learned; importing again changes nothing."""
+    export = tmp_path / "export.json"
+    export.write_text(json.dumps({"sessions": [{"id": "s1", "meta": {"title": "TL;DR"},
+                                                "state": {"messages": preference_chat}}]}),
+                      "utf-8")
+    w = open_app(bank_dir, model=bundled_model_path, max_tokens=16, n_ctx=2048)
+    dlg = w.open_import()
+    dlg.set_input("conversations", export)
+    steps = []
+    dlg._progress.step.connect(lambda d, t, what: steps.append((d, t)))
+    with qtbot.waitSignal(dlg.imported, timeout=300_000) as sig:
+        assert dlg.start()
+    out = sig.args[0]
+    assert out["read"] == 1 and out["processed"] == 1 and not out["cancelled"]
+    assert steps[0] == (0, 1) and steps[-1] == (1, 1)
+    text = dlg.summary.toPlainText()
+    assert f"{out['added']} skills added" in text
+    for s in out["skills"]:
+        assert s["title"] in text
+    with qtbot.waitSignal(dlg.imported, timeout=60_000) as again:
+        assert dlg.start()
+    assert again.args[0]["processed"] == 0 and again.args[0]["already_imported"] == 1
+    w.close()

@@ -265,3 +265,101 @@ def test_review_lists_unused_duplicates_and_junk_and_deletes_nothing(tmp_path, e
         assert len([s for s in desk.skills if "report" in s.title.lower()]) == 1
     finally:
         desk.close()
+
+
+# --------------------------------------------------------------------------- a real model
+@pytest.mark.model
+def test_real_chat_injects_the_always_on_skill_counts_use_and_drops_disabled(
+        tmp_path, embedder, bundled_model_path):
+    """A real turn on the bundled model: the always-on skill is in the skill block of a
+    request it has nothing to do with, its use is counted, a disabled skill never is."""
+    settings = Settings()
+    settings.model.model = str(bundled_model_path)
+    settings.model.n_threads = 2
+    settings.learning = False
+    desk = SkillDesk.open(tmp_path / "bank", config=settings, create=True, embedder=embedder)
+    try:
+        for title, desc, rules in SKILLS:
+            desk.create(Skill(name=title, title=title, description=desc, triggers=[desc],
+                              instructions="# Goal\n" + desc + "\n\n# Constraints & Style\n"
+                              + "".join(f"- {r}\n" for r in rules)))
+        lang = desk.new_skill("Answer in Chinese", description="Always answer in Chinese.",
+                              rules=["Reply in Simplified Chinese"])
+        desk.set_always_on(lang)
+        desk.disable(desk.find("SQL query tuning"))
+        from engine.llm.base import GenParams
+
+        res = desk.chat([{"role": "user", "content": "My SQL query is slow; how do I speed it "
+                                                     "up with an index?"}],
+                        params=GenParams(max_tokens=12))
+        names = [s.title for s in res.injected]
+        assert names[0] == "Answer in Chinese" and "SQL query tuning" not in names
+        assert desk.usage(lang).uses == 1
+        assert desk.usage(desk.find("SQL query tuning")).uses == 0
+    finally:
+        desk.close()
+
+
+def test_didnt_fit_on_an_always_on_skill_drops_it_for_similar_requests(tmp_path, embedder):
+    desk = _desk(tmp_path / "bank", embedder)
+    try:
+        lang = desk.new_skill("Answer in Chinese", description="Always answer in Chinese.")
+        desk.set_always_on(lang)
+        asked = "write the commit message for my bug fix"
+        desk.feedback(lang, asked)
+        assert "Answer in Chinese" not in desk.render_context(asked)
+        assert "Answer in Chinese" not in desk.render_context(
+            "write a commit message for this bugfix")
+        assert desk.render_context("what is the capital of France?").startswith(
+            'Skill "Answer in Chinese"')
+    finally:
+        desk.close()
+
+
+def test_real_vim_saves_twice_while_skilldesk_watches(tmp_path, embedder):
+    """The issue's own flow, in vim itself: add a rule, :w, wait 2 s with the file open, add
+    another, :w. If SkillDesk wrote into the file in between, vim's second :w stops at "The
+    file has been changed since reading it" (in Ex mode with no answer: nothing written)."""
+    import shutil
+
+    vim = shutil.which("vim")
+    if vim is None:
+        pytest.skip("vim is not installed")
+    desk = _desk(tmp_path / "bank", embedder)
+    try:
+        s = desk.find("Git commit messages")
+        s = desk.update(s.copy(instructions=s.instructions + "- No trailing period\n"),
+                        expected_hash=s.content_hash)
+        desk.watch()
+        run = subprocess.run(
+            [vim, "-Es", "-u", "NONE", "-N", "-i", "NONE",
+             "-c", 'call append(line("$"), "- Reference the issue number")', "-c", "w",
+             "-c", "sleep 2",
+             "-c", 'call append(line("$"), "- Wrap the body at 72 characters")', "-c", "w",
+             "-c", "qa!", str(s.path)],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stdout + run.stderr
+        text = s.path.read_text("utf-8")
+        assert text.endswith("- Reference the issue number\n"
+                             "- Wrap the body at 72 characters\n"), text
+        deadline = time.time() + 10
+        while time.time() < deadline and desk.bank.history.latest(s.id).version != "0.1.3":
+            time.sleep(0.1)
+        assert desk.bank.history.latest(s.id).source == "user-edit"
+        assert s.path.read_text("utf-8") == text  # and still untouched after recording
+    finally:
+        desk.close()
+
+
+def test_chat_hits_name_a_hand_edits_recorded_version(tmp_path, embedder):
+    desk = _desk(tmp_path / "bank", embedder)
+    try:
+        s = desk.find("SQL query tuning")
+        s.path.write_text(s.path.read_text("utf-8") + "- Check the row estimates\n", "utf-8")
+        assert desk.bank.record_hand_edit(s.path).version == "0.1.1"
+        desk.refresh([s.path])
+        hits = desk.versioned(desk.search("speed up a slow SQL query with an index"))
+        assert [(h.skill.title, h.skill.version) for h in hits][:1] == [
+            ("SQL query tuning", "0.1.1")]
+    finally:
+        desk.close()

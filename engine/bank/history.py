@@ -115,14 +115,6 @@ class History:
                 found = name[:-10]
         return found.split("+")[0] if found else None
 
-    def move(self, old_id: str, new_id: str) -> None:
-        """A skill's id changed (moved, and its file names no id): its versions follow it."""
-        if old_id == new_id:
-            return
-        src, dst = self._dir(old_id), self._dir(new_id)
-        if src.is_dir() and not dst.exists():
-            os.rename(src, dst)
-
     def text(self, skill_id: str, version: str) -> str:
         for v in self.versions(skill_id):
             if v.version == version:

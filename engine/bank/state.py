@@ -148,14 +148,3 @@ class SkillState:
         def fn(e: dict[str, Any]) -> None:
             e["feedback"] = [*(e.get("feedback") or []), record][-MAX_FEEDBACK:]
         self.update(skill_id, fn, key)
-
-    def rename(self, old_id: str, new_id: str, key: str = "") -> None:
-        """A skill's id changed (a move of a skill without an ``id`` field): keep its entry."""
-        if old_id == new_id:
-            return
-        with self._write() as data:
-            e = data["skills"].pop(old_id, None)
-            if e is not None:
-                if key:
-                    e["key"] = key
-                data["skills"][new_id] = {**data["skills"].get(new_id, {}), **e}

@@ -11,7 +11,8 @@ been quiet for ``debounce`` seconds (at most ``max_delay`` after the first), the
 - a file whose content is already what the desk indexed (``is_current(path, hash)``) is
   dropped: that is the app's own write, already picked up;
 - a user skill whose content is not in the history is recorded as a hand edit
-  (``SkillBank.record_hand_edit``), so it gets a version like any other change;
+  (``SkillBank.record_hand_edit``), so it gets a version like any other change — in the
+  history only: the file the user may still have open in an editor is never written;
 - the remaining paths go to ``callback(paths)`` (the desk's ``refresh``, which then tells its
   listeners; the app adapts those to Qt signals). The callback runs on the watcher's thread.
 """

@@ -180,7 +180,7 @@ def apply_plan(bank: SkillBank, plan: Any, *, merge: Callable | None = None,
         keeper, others = now[k], now[:k] + now[k + 1:]
         originals = {str(s.path): Path(s.path).read_bytes() for s in now}
         for s in now:
-            _keep_in_history(bank, s.id, s.version, originals[str(s.path)])
+            _keep_in_history(bank, s.id, bank.effective_version(s), originals[str(s.path)])
         merged, notes = merge(keeper, others)
         backup = backups / f"{len(rec.clusters):04d}-{keeper.name}.md"
         atomic_write(backup, originals[str(keeper.path)])
