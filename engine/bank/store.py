@@ -155,7 +155,7 @@ class SkillBank:
                 result.errors.append(LoadError(str(f), f"cannot be read ({type(exc).__name__}: "
                                                        f"{str(exc)[:200]})"))
                 continue
-            skill.resources = self._resources(d)
+            skill.resources = self.resources_of(d)
             result.skills.append(skill)
         return result
 
@@ -166,7 +166,7 @@ class SkillBank:
         ensure_inside(self.root, path)
         sc, owner = self._scope_of(path.parent)
         skill = skillfile.read(path, scope=sc, owner=owner)
-        skill.resources = self._resources(path.parent)
+        skill.resources = self.resources_of(path.parent)
         return skill
 
     def find(self, ref: str, user: str = "default", *,
@@ -188,7 +188,8 @@ class SkillBank:
         return hit
 
     @staticmethod
-    def _resources(d: Path) -> list[str]:
+    def resources_of(d: Path) -> list[str]:
+        """The resource files (scripts/, references/, assets/) of one skill folder."""
         out = []
         for sub in RESOURCE_DIRS:
             base = d / sub
@@ -200,7 +201,7 @@ class SkillBank:
 
     # ---------------------------------------------------------------- writing
     @contextlib.contextmanager
-    def _locked(self, d: Path) -> Iterator[None]:
+    def locked(self, d: Path) -> Iterator[None]:
         """Serialise writers of one skill folder across threads and processes."""
         lock_dir = self.root / ".locks"
         lock_dir.mkdir(exist_ok=True)
@@ -232,7 +233,7 @@ class SkillBank:
                              owner=user, version=_semver(skill.version or "0.1.0"),
                              created=skill.created or now, updated=now,
                              source=skill.source or source, path=d / "SKILL.md")
-            with self._locked(d):
+            with self.locked(d):
                 d.mkdir(parents=True, exist_ok=False)
                 return self._commit(new, d / "SKILL.md")
 
@@ -251,7 +252,7 @@ class SkillBank:
         scope, owner = self._scope_of(path.parent)
         if scope == "common":
             raise ReadOnlyError(f"{path} is a shared (Common) skill; learning never changes it")
-        with self._locked(path.parent):
+        with self.locked(path.parent):
             actual = file_hash(path)
             if actual != expected_hash:
                 raise ConflictError(str(path), expected_hash, actual)
@@ -271,7 +272,7 @@ class SkillBank:
         atomic_write(path, text)
         skill.path = path
         skill.content_hash = sha256_bytes(text.encode("utf-8"))
-        skill.resources = self._resources(path.parent)
+        skill.resources = self.resources_of(path.parent)
         return skill
 
     def record_hand_edit(self, path: str | os.PathLike) -> Skill | None:
@@ -296,7 +297,7 @@ class SkillBank:
             recorded = latest.version.split("+")[0]
             if parse_version(version) <= parse_version(recorded):
                 version = bump_version(recorded)
-        with self._locked(path.parent):
+        with self.locked(path.parent):
             data = path.read_bytes()
             if sha256_bytes(data) != skill.content_hash:
                 return None  # changed again; the next event records it
@@ -342,7 +343,7 @@ class SkillBank:
         scope, owner = self._scope_of(d)
         if scope == "common":
             raise ReadOnlyError(f"{d} is a shared (Common) skill")
-        with self._locked(d):
+        with self.locked(d):
             self.trash_dir.mkdir(exist_ok=True)
             target = self.trash_dir / f"{now_iso().replace(':', '')}-{owner}-{d.name}"
             n = 2

@@ -116,7 +116,7 @@ def import_skills(bank: SkillBank, src: str | os.PathLike, user: str = "default"
                 report.skipped.append((str(f), str(exc)))
                 continue
             _copy_resources(f.parent, new.path.parent, report)
-            new.resources = bank._resources(new.path.parent)
+            new.resources = bank.resources_of(new.path.parent)
             report.imported.append(new)
     return report
 

@@ -230,7 +230,7 @@ def undo(bank: SkillBank, record_id: str | None = None, *, force: bool = False,
         if sha256_bytes(data) != kp["before_hash"]:
             rec.conflicts.append(f"{backup}: the backup is damaged; restore it from the history")
             continue
-        with bank._locked(path.parent):
+        with bank.locked(path.parent):
             current = file_hash(path)
             if current not in (kp["after_hash"], kp["before_hash"]):
                 if not force:
