@@ -34,7 +34,10 @@ def home_dir() -> Path:
 @dataclass
 class RetrievalSettings:
     top_k: int = 3
-    threshold: float = 0.2  # η on the fused score (see engine/retrieval for the measurement)
+    # η: the least P(related) (engine/retrieval/relevance.py) a skill needs to be injected
+    # (engine/retrieval/__init__.py has the measurement). Was ``threshold``, η on the fused
+    # score: a saved value of that key meant something else and is ignored.
+    min_relevance: float = 0.45
     scope: str = "all"  # "user" | "common" | "all"
 
 

@@ -46,7 +46,8 @@ from engine.retrieval.index import SkillHit, SkillIndex, SyncReport
 
 DEFAULT_PARAMS = FusionParams(
     lam=0.4,
-    threshold=0.2,
+    threshold=0.45,
+    relevance=True,
     top_k=3,
     pool=50,
     dense_norm="cos",

@@ -238,7 +238,8 @@ class SkillIndex:
         vecs = self.dense.vectors(keys)
         cos = vecs @ np.asarray(qvec, dtype=np.float32) if keys else np.zeros(0, np.float32)
         bm = np.array([raw.get(k, 0.0) for k in keys], dtype=np.float32)
-        return Candidates(keys, cos.astype(np.float32), bm, ceiling, vecs)
+        return Candidates(keys, cos.astype(np.float32), bm, ceiling, vecs,
+                          self.lexical.coverage(query, keys))
 
     def search(self, query: str, top_k: int | None = None, *, scope: str = "all",
                params: FusionParams | None = None, qvec: np.ndarray | None = None,
