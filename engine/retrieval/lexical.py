@@ -149,6 +149,13 @@ class LexicalIndex:
         and an unseen word would outweigh it 5 to 1; with df = 1 a one-skill bank gives every
         word the same weight, plain coverage, and a large bank the usual idf weighting.)
         0 for a query with no tokens or no token in common.
+
+        The share is smoothed with one pseudo-token that no skill holds (weight: an unseen
+        word's): a one-word request ("thanks!", "name?") matched in full is weak evidence,
+        not 100% coverage; the smoothing fades as the request gets longer (1 word fully
+        covered: ~0.5, 3 words: ~0.75, 10 words: ~0.9). Added after the held-out off-topic
+        half showed one-word thanks and small talk reaching P(related) 0.9 on the 120-skill
+        user bank (bench/_retrieval_fit.py has the sequence).
         """
         snap = self._snap
         out = np.zeros(len(keys), dtype=np.float32)
@@ -171,4 +178,4 @@ class LexicalIndex:
             idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
             total += idf
             out += idf * np.isin(rows, indices[indptr[tid]:indptr[tid + 1]])
-        return out / total if total > 0 else out
+        return out / (total + unseen) if total > 0 else out
