@@ -30,6 +30,13 @@ off-topic 0.19, served paraphrase R@1 0.53 / 0.53; adding lex or the gaps to the
 candidate changed nothing or cost paraphrases; the ranker's own score Platt-scaled let
 0.24 through. η 0.6 cut off-topic to 0.14 but served paraphrases to 0.35 / 0.24.
 
+Sequence, for the record: the first full run of the held-out halves (after fitting, η 0.45)
+showed one-word thanks and small talk ("thanks!", "What's your name?") injecting skills on the
+120-skill user bank (9 of 21 EN): a one-word request matched in full had coverage 1.0. The
+coverage was then smoothed with one pseudo-word no skill holds (lexical.coverage) and both
+models refitted on the tune halves; the tune numbers did not move, so the held-out halves were
+seen once before that change and are not untouched for it (the note of issue 15 says so).
+
 ``skilldesk bench retrieval --fit`` writes both into engine/retrieval/relevance.json.
 """
 

@@ -75,6 +75,8 @@ def _args(argv):
                    help="comma list of offtopic, paraphrase, quality, speed, build, watch")
     p.add_argument("--splits", default="tune,heldout", type=lambda v: tuple(v.split(",")),
                    help="dev-set halves to print (tune while tuning; both to report)")
+    p.add_argument("--fit", action="store_true", help="refit the relevance models on the tune "
+                   "halves and write engine/retrieval/relevance.json (then measure)")
     p.add_argument("--sweep", action="store_true", help="λ and normalisation grid")
     p.add_argument("--fields", action="store_true", help="retrieval-text field ablation")
     p.add_argument("--cjk", default="bigram", choices=("bigram", "unibigram"))
@@ -322,6 +324,22 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
     return rows
 
 
+def fit_relevance(skills, embedders, a, root, out) -> None:
+    """``--fit``: the relevance models from the tune halves (bench/_retrieval_fit.py)."""
+    from bench import _retrieval_fit as F
+
+    if D.missing(a.corpus):
+        print("--fit needs the full autoskill-dev corpus (the dev sets' skills)", file=out)
+        return
+    emb = embedders.get(DEFAULT_EMBEDDER) or next(iter(embedders.values()))
+    with tempfile.TemporaryDirectory(prefix="skilldesk-fit-") as tmp:
+        model = F.fit(F.collect(skills, emb, a.corpus, root, Path(tmp)))
+    F.write(model)
+    print(f"\nRelevance models refitted on the tune halves -> {F.R.MODEL_FILE}:\n"
+          f"  ranker {model['ranker']}\n  decision {model['decision']}\n"
+          f"  examples {model['fitted']['requests']}", file=out)
+
+
 def main(argv: list[str] | None = None) -> int:
     a = _args(list(argv or []))
     a.corpus = a.bank or a.corpus or DEFAULT_CORPUS
@@ -340,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         embedders = {n: CachedEmbedder(make_embedder(n), cache) for n in names}
         try:
             sections = set(a.sections.split(","))
+            if a.fit:
+                fit_relevance(skills, embedders, a, root, out)
             missing = D.missing(a.corpus) if sections & {"offtopic", "paraphrase"} else []
             if missing:
                 print(f"\nOff-topic and paraphrase sets skipped: {len(missing)} of their skills "
