@@ -77,7 +77,7 @@ trigger_split = Q.split_of  # the held-out-trigger benchmark's halves
 
 
 def _pool(idx: SkillIndex, query: str, name: str, target: str | None) -> Pool:
-    c = idx.candidates(query, pool=50)
+    c = idx.candidates(query, pool=50)  # the models see one request's features
     F = R.features(c)
     fused = 0.4 * F[:, 0] + 0.6 * F[:, 2] if len(F) else np.zeros(0)
     t = -1 if target is None else (c.keys.index(target) if target in c.keys else -2)

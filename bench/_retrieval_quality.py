@@ -23,6 +23,7 @@ from engine.bank.skill import Skill
 from engine.retrieval.document import LEXICAL_INSTRUCTIONS_CHARS, index_texts
 from engine.retrieval.fusion import FusionParams, params_for, rank, select
 from engine.retrieval.index import SkillIndex, skill_key
+from engine.retrieval.relevance import segments
 from engine.retrieval.tokenize import has_cjk
 
 
@@ -121,8 +122,11 @@ def run(skills: list[Skill], embedders: dict, variants: list, *, fields, instr_c
             qvecs = emb.encode([q.text for q in fold_q])
             start = {v.name: len(res.outcomes[v.name]) for v in vs}
             for q, qv in zip(fold_q, qvecs, strict=True):
-                c = idx.candidates(q.text, qvec=qv, pool=50)
+                plain = idx.candidates(q.text, qvec=qv, pool=50)
+                seg = idx.candidates(q.text, qvec=qv, pool=50, segments=True) if segments(
+                    q.text) else plain
                 for v in vs:
+                    c = seg if v.params.relevance else plain
                     p = params_for(v.params, q.text, emb.multilingual) if v.by_script else \
                         v.params
                     chosen = select(c, p, v.depth)
@@ -134,8 +138,11 @@ def run(skills: list[Skill], embedders: dict, variants: list, *, fields, instr_c
             if absent:
                 idx.update(removed=[q.key for q in fold_q])
                 for j, (q, qv) in enumerate(zip(fold_q, qvecs, strict=True)):
-                    c = idx.candidates(q.text, qvec=qv, pool=50)
+                    plain = idx.candidates(q.text, qvec=qv, pool=50)
+                    seg = idx.candidates(q.text, qvec=qv, pool=50, segments=True) if segments(
+                        q.text) else plain
                     for v in vs:
+                        c = seg if v.params.relevance else plain
                         ranked = rank(c, params_for(v.params, q.text, emb.multilingual)
                                       if v.by_script else v.params)
                         res.outcomes[v.name][start[v.name] + j].absent_best = (

@@ -98,7 +98,7 @@ def serve(idx: SkillIndex, rows: Iterable[dict], params: FusionParams | None = N
     for r in rows:
         hits = idx.search(r["query"], params=params)
         p = params_for(params or idx.params, r["query"], idx.embedder.multilingual)
-        c = idx.candidates(r["query"], pool=50)
+        c = idx.candidates(r["query"], pool=50, segments=p.relevance)
         ranking = [c.keys[i] for i, *_ in rank(c, p.with_(threshold=0.0))]
         from engine.retrieval.index import skill_key
         out.append(Served(r, [skill_key(h.skill) for h in hits], ranking))

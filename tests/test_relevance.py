@@ -161,9 +161,14 @@ def test_greetings_thanks_and_facts_get_no_skill_on_the_starter_bank(make_desk):
     r = desk.chat([U("Summarize this article about tea."), A("TL;DR: tea."), U("thanks!")],
                   learn=False)
     assert r.injected == [] and 'Skill "' not in llm.sent[-1][0]["content"]
-    # the skill that does apply still does
+    # the skill that does apply still does, also when the request carries its material: the
+    # pasted text is about something else, the first sentence is the task
     assert desk.search("Review this Python function for bugs")[0].skill.name == \
         "python-code-review"
+    pasted = ("Summarize this: the quarterly review moved from Tuesday to Friday because the "
+              "client asked for more time, and the budget section still needs numbers from "
+              "finance.")
+    assert [h.skill.name for h in desk.search(pasted)] == ["tldr-summaries"]
 
 
 def test_a_chinese_paraphrase_finds_its_skill(make_desk):
@@ -239,3 +244,30 @@ def test_a_follow_up_without_a_pronoun_is_rewritten_with_its_task(make_desk):
     assert not depends_on_context(switched, lambda q: 0.9)
     assert rule_rewrite(convo + [U("make it shorter")]) == (
         "Write a cover letter for a junior data analyst role. make it shorter")
+
+
+# ---------------------------------------------------------------------------- real model
+@pytest.mark.model
+@pytest.mark.slow
+def test_the_recommended_model_answers_a_geography_question_without_a_starter_skill(
+        qwen_path, tmp_path):
+    """The issue's symptom: "Name three rivers in Europe." on the shipped bank got the TL;DR
+    skill and answered "TL;DR: ..."; now nothing is injected and "Skills used" is empty, while
+    a summary request on the same bank still gets the TL;DR skill in its prompt."""
+    cfg = Settings()
+    cfg.model.model = str(qwen_path)
+    cfg.model.n_threads = 2
+    cfg.model.temperature = 0.0
+    shutil.copytree(STARTER, tmp_path / "bank" / "Common" / "starter")
+    desk = SkillDesk.open(tmp_path / "bank", config=cfg)
+    try:
+        from engine.llm.base import GenParams
+
+        r = desk.chat([U("Name three rivers in Europe.")], learn=False,
+                      params=GenParams(max_tokens=40, temperature=0.0))
+        assert r.injected == [] and r.text.strip()
+        assert not r.text.strip().lower().startswith("tl;dr"), r.text
+        hits = desk.search("Summarize this article about the quarterly review for me.")
+        assert hits and hits[0].skill.name == "tldr-summaries"
+    finally:
+        desk.close()

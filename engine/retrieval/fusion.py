@@ -60,6 +60,7 @@ class Candidates:
     ceiling: float       # the query's BM25 ceiling (0 when no query term is known)
     vecs: np.ndarray     # the skills' unit vectors (rows align with keys)
     cover: np.ndarray | None = None  # IDF-weighted query coverage (lexical.coverage)
+    segment_prob: np.ndarray | None = None  # best P(related) to one sentence of the request
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -116,7 +117,7 @@ def select(c: Candidates, p: FusionParams, top_k: int | None = None) -> list[
     if not ranked or k <= 0:
         return []
     if p.window is not None:
-        best = max(r[1] for r in ranked)
+        best = ranked[0][1]  # the first in order (with relevance: the ranker's first)
         ranked = [r for r in ranked if r[1] >= best - p.window]
     if p.dedup is not None:
         kept: list[tuple[int, float, float, float]] = []

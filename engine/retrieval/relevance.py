@@ -27,6 +27,13 @@ P(related) itself lost 3 points of held-out-trigger R@1 against the fused score,
 lost none and gained 30 points of paraphrase R@1; one model for both (the ranker's score,
 Platt-scaled) let twice as many off-topic requests through as the separate decision.
 
+A request of several sentences ("Summarize this: <pasted text>") is also scored sentence by
+sentence (:func:`segments`, at most 4): each pooled skill's P(related) is its best over the
+whole request and its sentences (MaxP), while the order stays the whole request's ranker score
+(ranking by the best sentence let sub-sentences of long paraphrases pull distractors first:
+EN paraphrase R@1 0.71 -> 0.53 on the tune half). Without it, pasted material dominated both the
+cosine and the coverage and the summary skill got P 0.23 on the starter bank.
+
 Greetings and thanks get nothing by the same mechanism: such a request has almost no
 information (its tokens are stop words or one common word) and its cosine to any real skill is
 low, so no candidate reaches 0.5; a request with no token at all has ``cover`` = 0.
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -98,12 +106,45 @@ def scores(c: Candidates, model: Model | None = None) -> tuple[np.ndarray, np.nd
         return np.zeros(0), np.zeros(0)
     f = features(c)
     z = m.decision(f)
-    return m.ranker(f), 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
+    p = 1.0 / (1.0 + np.exp(-np.clip(z, -30, 30)))
+    if c.segment_prob is not None:  # a sentence of the request may be more related than all
+        p = np.maximum(p, c.segment_prob)
+    return m.ranker(f), p
 
 
 def probability(c: Candidates, model: Model | None = None) -> np.ndarray:
     """P(related) for every pool member."""
     return scores(c, model)[1]
+
+
+# Sentence ends, semicolons, colons and line breaks, in both scripts.
+_SEGMENT = re.compile(r"[.!?。！？;；:：\n]+(?:\s+|$)|[。！？；：\n]+")
+MAX_SEGMENTS = 4  # sentences searched separately (each costs one query embedding, ~2.5 ms)
+
+
+def segments(query: str) -> list[str]:
+    """The sentences of a request of more than one (at most MAX_SEGMENTS, each with a word);
+    [] for a one-sentence request."""
+    parts = [p.strip() for p in _SEGMENT.split(query or "") if p and p.strip()]
+    parts = [p for p in parts if any(ch.isalnum() for ch in p)]
+    return parts[:MAX_SEGMENTS] if len(parts) > 1 else []
+
+
+def segment_probability(whole: Candidates, pools: list[Candidates],
+                        model: Model | None = None) -> np.ndarray:
+    """For each skill of the whole request's pool, its best P(related) to any one sentence of
+    the request (0 where no sentence pooled it): MaxP over the request's sentences."""
+    best = np.zeros(len(whole), dtype=np.float64)
+    pos = {k: i for i, k in enumerate(whole.keys)}
+    for c in pools:
+        if not len(c):
+            continue
+        _, p = scores(c, model)
+        for k, pk in zip(c.keys, p, strict=True):
+            i = pos.get(k)
+            if i is not None and pk > best[i]:
+                best[i] = pk
+    return best
 
 
 def top_rows(c: Candidates, n: int, lam: float = 0.4) -> list[int]:
