@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.bank.skill import Skill
+from engine.retrieval import relevance
 from engine.retrieval.dense import DenseIndex, DenseStats
 from engine.retrieval.document import (
     DEFAULT_FIELDS,
@@ -32,7 +33,6 @@ from engine.retrieval.document import (
     text_hash,
 )
 from engine.retrieval.embedders import Embedder
-from engine.retrieval import relevance
 from engine.retrieval.fusion import Candidates, FusionParams, params_for, select
 from engine.retrieval.lexical import LexicalIndex
 
