@@ -450,7 +450,7 @@ def target_settings(data: bytes) -> None:
                 os.environ["SKILLDESK_HOME"] = old
     r, m = s.retrieval, s.model
     assert type(r.top_k) is int and r.top_k >= 1
-    assert type(r.threshold) in (int, float) and r.scope in ("user", "common", "all")
+    assert type(r.min_relevance) in (int, float) and r.scope in ("user", "common", "all")
     assert isinstance(s.bank, str) and isinstance(s.user, str) and type(s.learning) is bool
     assert type(m.n_ctx) is int and type(m.n_threads) is int and isinstance(m.model, str)
     assert all(isinstance(p, str) and "\n" not in p for p in s.problems)
@@ -576,7 +576,7 @@ def readers() -> list[Reader]:
                    lambda t: t.encode()))),
         Reader("settings.json", target_settings, st.one_of(
             json_in, st.fixed_dictionaries({}, optional={
-                "retrieval": st.dictionaries(st.sampled_from(["top_k", "threshold", "scope", "x"]),
+                "retrieval": st.dictionaries(st.sampled_from(["top_k", "min_relevance", "threshold", "scope", "x"]),
                                              json_trees, max_size=4),
                 "model": st.dictionaries(st.sampled_from(["n_ctx", "n_threads", "model",
                                                           "temperature", "backend"]),

@@ -23,6 +23,7 @@ from engine.bank.skill import Skill
 from engine.retrieval.document import LEXICAL_INSTRUCTIONS_CHARS, index_texts
 from engine.retrieval.fusion import FusionParams, params_for, rank, select
 from engine.retrieval.index import SkillIndex, skill_key
+from engine.retrieval.relevance import segments
 from engine.retrieval.tokenize import has_cjk
 
 
@@ -52,6 +53,7 @@ class Outcome:
     score: float              # the target's fused score (0 if not in the pool)
     n_hits: int = 0           # how many hits the selection returned
     absent_best: float = 0.0  # best fused score once the target is removed from the bank
+    split: str = ""           # "tune" | "heldout" (split_of the query skill)
 
 
 @dataclass
@@ -62,6 +64,11 @@ class QualityRun:
 
 def _pick(key: str, salt: str, n: int) -> int:
     return int(hashlib.sha1(f"{salt}:{key}".encode()).hexdigest()[:8], 16) % n
+
+
+def split_of(key: str) -> str:
+    """The benchmark's halves (issue 15): constants may be fitted on "tune" queries only."""
+    return "tune" if _pick(key, "split", 2) == 0 else "heldout"
 
 
 def make_queries(skills: list[Skill], folds: int) -> list[Query]:
@@ -115,20 +122,27 @@ def run(skills: list[Skill], embedders: dict, variants: list, *, fields, instr_c
             qvecs = emb.encode([q.text for q in fold_q])
             start = {v.name: len(res.outcomes[v.name]) for v in vs}
             for q, qv in zip(fold_q, qvecs, strict=True):
-                c = idx.candidates(q.text, qvec=qv, pool=50)
+                plain = idx.candidates(q.text, qvec=qv, pool=50)
+                seg = idx.candidates(q.text, qvec=qv, pool=50, segments=True) if segments(
+                    q.text) else plain
                 for v in vs:
+                    c = seg if v.params.relevance else plain
                     p = params_for(v.params, q.text, emb.multilingual) if v.by_script else \
                         v.params
                     chosen = select(c, p, v.depth)
                     keys = [c.keys[i] for i, *_ in chosen]
                     r = keys.index(q.key) + 1 if q.key in keys else None
                     score = next((fz for i, fz, *_ in rank(c, p) if c.keys[i] == q.key), 0.0)
-                    res.outcomes[v.name].append(Outcome(q.lang, r, score, len(chosen)))
+                    res.outcomes[v.name].append(Outcome(q.lang, r, score, len(chosen),
+                                                        split=split_of(q.key)))
             if absent:
                 idx.update(removed=[q.key for q in fold_q])
                 for j, (q, qv) in enumerate(zip(fold_q, qvecs, strict=True)):
-                    c = idx.candidates(q.text, qvec=qv, pool=50)
+                    plain = idx.candidates(q.text, qvec=qv, pool=50)
+                    seg = idx.candidates(q.text, qvec=qv, pool=50, segments=True) if segments(
+                        q.text) else plain
                     for v in vs:
+                        c = seg if v.params.relevance else plain
                         ranked = rank(c, params_for(v.params, q.text, emb.multilingual)
                                       if v.by_script else v.params)
                         res.outcomes[v.name][start[v.name] + j].absent_best = (
@@ -139,8 +153,10 @@ def run(skills: list[Skill], embedders: dict, variants: list, *, fields, instr_c
     return res
 
 
-def metrics(outcomes: list[Outcome], lang: str | None = None) -> dict[str, float]:
-    sel = [o for o in outcomes if lang is None or o.lang == lang]
+def metrics(outcomes: list[Outcome], lang: str | None = None,
+            split: str | None = None) -> dict[str, float]:
+    sel = [o for o in outcomes if (lang is None or o.lang == lang)
+           and (split is None or o.split == split)]
     n = len(sel)
     if not n:
         return {"n": 0, "r1": 0.0, "r3": 0.0, "r5": 0.0, "mrr": 0.0}

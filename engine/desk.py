@@ -33,7 +33,7 @@ from engine.bank.skill import Skill
 from engine.bank.starter import seed_starter
 from engine.bank.store import LoadError, SkillBank
 from engine.chat.plan import plan_search
-from engine.chat.render import DEFAULT_SKILL_CHARS, render_skills
+from engine.chat.render import DEFAULT_SKILL_CHARS, render_skills, user_written
 from engine.chat.turn import Turn, TurnResult, TurnStream
 from engine.consolidate import MergeFn, Plan, Record, apply_plan
 from engine.consolidate import undo as undo_record
@@ -101,7 +101,7 @@ class SkillDesk(SkillManagement):
         if r.scope not in SCOPE_VALUES:
             raise SkillDeskError(f"retrieval scope must be one of {', '.join(SCOPE_VALUES)}, "
                                  f"not {r.scope!r} (check the settings)")
-        params = DEFAULT_PARAMS.with_(top_k=int(r.top_k), threshold=float(r.threshold))
+        params = DEFAULT_PARAMS.with_(top_k=int(r.top_k), threshold=float(r.min_relevance))
         desk = cls(bank, user, config,
                    SkillIndex(embedder, bank.vectors_dir, params, name=user))
         desk.refresh()
@@ -154,6 +154,19 @@ class SkillDesk(SkillManagement):
         """The skill block the chat would inject for ``query`` ("" when none applies)."""
         hits = self.with_always_on(self.search(query), query) if hits is None else hits
         return render_skills(hits, budget)
+
+    def user_written_rules(self, skill: Skill) -> set[str]:
+        """The rules of ``skill`` that the user wrote by hand (first seen in a hand edit, per
+        the history): the renderer keeps them first when a skill is over budget."""
+        if skill.scope != "user":
+            return set()
+        try:
+            hist = self.bank.history
+            versions = [(v.source, hist.skill_at(skill.id, v.version).instructions)
+                        for v in hist.versions(skill.id)]  # oldest first
+        except (OSError, SkillDeskError):
+            return set()
+        return user_written(versions, skill)
 
     def neighbours(self, query: str, k: int) -> list[Neighbour]:
         """The judge's search: the user's own skills by hybrid score, no relevance cut."""
@@ -405,7 +418,11 @@ class SkillDesk(SkillManagement):
                 return None
             return self.learning.submit(convo, turn_id=result.turn_id)
 
+        def confidence(query: str) -> float:  # the rewrite check: plain search, best P(related)
+            return max((h.score for h in self.search(query, 1)), default=0.0)
+
         turn = Turn(messages, worker=worker, search=retrieve,
                     system_prompt=self.config.model.system_prompt or "", top_k=top_k,
-                    params=params, on_done=on_done, tier=tier, cancel=cancel)
+                    params=params, on_done=on_done, tier=tier, cancel=cancel,
+                    confidence=confidence, edited=self.user_written_rules)
         return TurnStream(turn) if stream else turn.run()

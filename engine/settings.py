@@ -45,7 +45,10 @@ def home_dir() -> Path:
 @dataclass
 class RetrievalSettings:
     top_k: int = 3
-    threshold: float = 0.2  # η on the fused score (see engine/retrieval for the measurement)
+    # η: the least P(related) (engine/retrieval/relevance.py) a skill needs to be injected
+    # (engine/retrieval/__init__.py has the measurement). Was ``threshold``, η on the fused
+    # score: a saved value of that key meant something else and is ignored.
+    min_relevance: float = 0.45
     scope: str = "all"  # "user" | "common" | "all"
 
 
@@ -155,7 +158,10 @@ class Settings:
 _CHOICES = {"retrieval.scope": ("user", "common", "all"), "model.backend": ("local", "openai"),
             "theme": ("light", "dark")}
 _MINIMUM = {"retrieval.top_k": 1, "model.n_threads": 0, "model.n_ctx": 0,
-            "retrieval.threshold": 0.0, "model.temperature": 0.0}
+            "retrieval.min_relevance": 0.0, "model.temperature": 0.0}
+# Settings an older SkillDesk wrote whose meaning changed: dropped quietly on load (the next
+# save leaves them out), never reported as a problem with the user's file.
+_RETIRED = {"retrieval.threshold"}  # η on the fused score; now retrieval.min_relevance
 _KIND = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true or false",
          "float | None": "a number or null"}
 
@@ -187,7 +193,8 @@ def _checked(dc: type, raw: dict, prefix: str, problems: list[str]) -> dict:
         f = known.get(key)
         name = f"{prefix}{key}"
         if f is None:
-            problems.append(f"settings.json: unknown setting '{name[:60]}' ignored")
+            if name not in _RETIRED:
+                problems.append(f"settings.json: unknown setting '{name[:60]}' ignored")
             continue
         kind = str(f.type)
         if kind not in _KIND:

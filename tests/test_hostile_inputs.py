@@ -95,10 +95,10 @@ def test_import_of_100000_deep_json_is_a_clean_skip(tmp_path, bank_dir, capsys):
 
 def test_settings_with_wrong_types_use_defaults_and_say_so_once(bank_dir, capsys):
     path = Settings.path()
-    path.write_text(json.dumps({"retrieval": {"top_k": "many", "threshold": 0.3},
+    path.write_text(json.dumps({"retrieval": {"top_k": "many", "min_relevance": 0.3},
                                 "colour": "red", "learning": False}))
     s = Settings.load()
-    assert s.retrieval.top_k == 3 and s.retrieval.threshold == 0.3 and s.learning is False
+    assert s.retrieval.top_k == 3 and s.retrieval.min_relevance == 0.3 and s.learning is False
     assert s.problems == [
         "settings.json: unknown setting 'colour' ignored",
         "settings.json: 'retrieval.top_k' must be a whole number, not \"many\"; using 3"]

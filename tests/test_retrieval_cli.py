@@ -87,7 +87,8 @@ def test_bench_retrieval_runs_small(corpus, tmp_path, capsys):
                   "--edits", "3", "--build-n", "20", "--folds", "2",
                   "--cache", str(tmp_path / "cache")]) == 0
     out = capsys.readouterr().out
-    for title in ("Quality, triggers held out", "Selection options", "Threshold",
+    for title in ("Held-out triggers, tune half", "Held-out triggers, heldout half",
+                  "Off-topic and paraphrase sets skipped", "Selection options", "Threshold",
                   "Search latency", "Cold bank", "Edit-to-searchable"):
         assert title in out
     assert "80 skills loaded" in out

@@ -133,7 +133,7 @@ class SettingsDialog(QDialog):
         form.addRow("User name", self.user)
         self.top_k = QSpinBox(minimum=0, maximum=20, value=s.retrieval.top_k)
         self.threshold = QDoubleSpinBox(minimum=0.0, maximum=1.0, singleStep=0.05, decimals=2,
-                                        value=s.retrieval.threshold)
+                                        value=s.retrieval.min_relevance)
         form.addRow("Skills per answer (top-K)", self.top_k)
         form.addRow("Relevance threshold", self.threshold)
         self.learning = QCheckBox("Learn skills from my chats")
@@ -190,7 +190,7 @@ class SettingsDialog(QDialog):
         s.bank = self.bank.text().strip()
         s.user = self.user.text().strip() or "default"
         s.retrieval.top_k = self.top_k.value()
-        s.retrieval.threshold = round(self.threshold.value(), 3)
+        s.retrieval.min_relevance = round(self.threshold.value(), 3)
         s.learning = self.learning.isChecked()
         s.editor_command = self.editor.text().strip()
         s.theme = self.theme.currentData()

@@ -1,9 +1,16 @@
 """The foreground turn (``SkillDesk.chat``): rewrite → retrieve → render skills → answer.
 
-1. Rewrite the newest user message into one standalone retrieval query (P_rw) — skipped when
-   the message is already self-contained (a cheap heuristic, no model call), and rule-based on
-   tiny models: the topic anchor (first message of the current topic) plus the new message.
-2. Hybrid retrieval through the desk; the chosen skills are rendered compactly.
+1. Rewrite the newest user message into one standalone retrieval query (P_rw) whenever it
+   depends on the conversation, and rule-based on tiny models: the topic anchor (first message
+   of the ongoing topic) plus the new message. "Depends" is decided by retrieval itself, not by
+   cue words or length: the message alone and the anchor + message are both searched (two
+   index searches, ~10 ms, no model call); when the conversation finds a skill the message
+   alone does not (a higher P(related), reaching η), the message is a follow-up on that task
+   ("Make the tone warmer and add a closing line" after a cover letter) and is rewritten; when
+   the message finds its own skill at least as well, or when neither finds anything, it stands
+   alone. An explicit topic switch ("by the way, ...") always stands alone.
+2. Hybrid retrieval through the desk; the chosen skills are rendered (every rule, within the
+   model's budget: engine/chat/render.py, engine/llm/tiers.skill_budget).
 3. Answer with P_chat: the system message is the policy + the skill block, always first, so
    the prefix the model has already evaluated (KV cache) is reused while the skills stay the
    same; the history follows unchanged. Streamed and stoppable; FOREGROUND priority, so it
@@ -22,14 +29,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import prompts
-from engine.chat.render import InjectedSkill, injected, render_skills
+from engine.bank.skill import Skill
+from engine.chat.render import InjectedSkill, render
 from engine.errors import Cancelled, StructuredOutputError
 from engine.learning import triage
 from engine.llm import tiers
 from engine.llm.base import CancelToken, GenParams, Usage
 from engine.llm.client import LLMClient
 from engine.llm.worker import FOREGROUND, ModelWorker
-from engine.text import clip, content_tokens
+from engine.text import clip
 
 _turn_ids = itertools.count(1)
 
@@ -68,28 +76,43 @@ class TurnResult:
 
 # ------------------------------------------------------------------------------ the rewrite
 def needs_rewrite(messages: list[dict]) -> bool:
-    """False when the newest user message can be searched as it is (no model call)."""
+    """True when the newest user message *may* depend on the conversation: there is an earlier
+    user turn and the message is not an explicit topic switch. Whether it does is decided by
+    :func:`depends_on_context` from retrieval (see the module docstring)."""
+    turns = triage.user_turns(messages)
+    return len(turns) >= 2 and not triage.is_switch(turns[-1].text)
+
+
+def topic_anchor(messages: list[dict]) -> str:
+    """The first user message of the topic the conversation was on before the newest message
+    (the newest one's own boundary is decided by retrieval, not by word overlap)."""
     turns = triage.user_turns(messages)
     if len(turns) < 2:
-        return False
-    latest = turns[-1]
-    if triage.is_switch(latest.text):
-        return False
-    if triage.is_anaphoric(latest.text) or latest.signal.correction:
-        return True
-    return len(content_tokens(latest.text)) < 4
+        return ""
+    return triage.segments(turns[:-1])[-1][0].text
 
 
 def rule_rewrite(messages: list[dict]) -> str:
-    """The topic anchor (first message of the current topic) + the newest message."""
+    """The topic anchor + the newest message (the newest alone when there is no anchor)."""
     turns = triage.user_turns(messages)
     if not turns:
         return ""
-    seg = triage.segments(turns)[-1]
-    latest = seg[-1].text
-    if len(seg) == 1:
+    latest, anchor = turns[-1].text, topic_anchor(messages)
+    if not anchor or triage.is_switch(latest):
         return clip(latest, 300)
-    return clip(f"{clip(seg[0].text, 160)} {latest}", 300)
+    return clip(f"{clip(anchor, 160)} {latest}", 300)
+
+
+def depends_on_context(messages: list[dict], confidence: Callable[[str], float],
+                       eta: float = 0.0) -> bool:
+    """Whether the newest message must be searched with its conversation: the anchor + message
+    query finds a skill (best P(related) >= ``eta``, > 0) more confidently than the message
+    alone. ``confidence(query)``: the best P(related) of a plain search (0 when none)."""
+    if not needs_rewrite(messages):
+        return False
+    latest = triage.user_turns(messages)[-1].text
+    ctx = confidence(rule_rewrite(messages))
+    return ctx > 0 and ctx >= eta and ctx > confidence(latest)
 
 
 def llm_rewrite(client: LLMClient, messages: list[dict]) -> str:
@@ -110,7 +133,9 @@ class Turn:
                  system_prompt: str = "",
                  top_k: int | None = None, params: GenParams | None = None,
                  on_done: Callable[[TurnResult, list[dict]], str | None] | None = None,
-                 tier: str | None = None, cancel: CancelToken | None = None):
+                 tier: str | None = None, cancel: CancelToken | None = None,
+                 confidence: Callable[[str], float] | None = None,
+                 edited: Callable[[Skill], set[str]] | None = None):
         if not any(m.get("role") == "user" for m in messages):
             raise ValueError("a chat turn needs at least one user message")
         self.messages = [dict(m) for m in messages]
@@ -118,6 +143,8 @@ class Turn:
         self.system_prompt = system_prompt
         self.params = params or GenParams(max_tokens=512)
         self.on_done = on_done
+        self.confidence = confidence  # best P(related) of a plain search (the rewrite check)
+        self.edited = edited          # a skill's hand-written rules (kept first when cut)
         self.tier = tier or tiers.tier_of(worker)
         self.policy = tiers.policy(self.tier)
         self.cancel_token = cancel or CancelToken()
@@ -134,7 +161,13 @@ class Turn:
 
     def _query(self, timings: dict[str, float]) -> tuple[str, bool]:
         latest = next(m["content"] for m in reversed(self.messages) if m.get("role") == "user")
-        if not needs_rewrite(self.messages):
+        t0 = time.perf_counter()
+        if self.confidence is not None:
+            depends = depends_on_context(self.messages, self.confidence)
+        else:  # no index to ask: every possible follow-up is rewritten
+            depends = needs_rewrite(self.messages)
+        timings["rewrite_check_s"] = time.perf_counter() - t0
+        if not depends:
             return clip(str(latest), 400), False
         t0 = time.perf_counter()
         try:
@@ -174,8 +207,8 @@ class Turn:
                 hits = []
         hits = hits[: self.policy.max_skills]
         timings["retrieve_s"] = time.perf_counter() - t0
-        block = render_skills(hits, self.policy.skill_chars)
-        msgs = self.chat_messages(block)
+        rendered = render(hits, tiers.skill_budget(self.worker), edited=self.edited)
+        msgs = self.chat_messages(rendered.text)
         text, res = [], None
         if not self.cancel_token.cancelled:
             self._chat = self.worker.stream_chat(msgs, self.params, priority=FOREGROUND)
@@ -188,7 +221,7 @@ class Turn:
         timings["total_s"] = time.perf_counter() - t_start
         backend = self.worker.backend
         self.result = TurnResult(
-            text="".join(text), query=query, rewritten=rewritten, injected=injected(hits),
+            text="".join(text), query=query, rewritten=rewritten, injected=rendered.skills,
             usage=res.usage if res else Usage(), ttft_s=res.ttft_s if res else None,
             decode_tps=res.decode_tps if res else None,
             finish_reason=res.finish_reason if res else "cancelled",

@@ -41,7 +41,8 @@ class TierPolicy:
     merge: Step
     plan: bool  # plan-aware retrieval for complex requests
     consolidate_merge: Literal["llm", "union"]
-    skill_chars: int  # characters of skill text the chat prompt may carry
+    skill_chars: int  # the most characters of skill text the chat prompt may carry (a cap:
+    # skill_budget() gives less when the model's context is small)
     max_skills: int  # skills injected into one answer
 
     def steps(self) -> dict[str, str]:
@@ -49,11 +50,11 @@ class TierPolicy:
                 "judge": self.judge, "merge": self.merge}
 
 
-_CAPABLE = TierPolicy(triage="llm", rewrite="llm", extract="llm+rule", judge="llm", merge="llm", plan=True,
-                      consolidate_merge="llm", skill_chars=1800, max_skills=3)
+_CAPABLE = TierPolicy(triage="llm", rewrite="llm", extract="llm+rule", judge="llm", merge="llm",
+                      plan=True, consolidate_merge="llm", skill_chars=6000, max_skills=3)
 POLICIES: dict[str, TierPolicy] = {
-    "tiny": TierPolicy(triage="rule", rewrite="rule", extract="rule", judge="rule", merge="rule", plan=False,
-                       consolidate_merge="union", skill_chars=700, max_skills=2),
+    "tiny": TierPolicy(triage="rule", rewrite="rule", extract="rule", judge="rule", merge="rule",
+                       plan=False, consolidate_merge="union", skill_chars=1000, max_skills=2),
     "capable": _CAPABLE,
     "unknown": _CAPABLE,
 }
@@ -67,6 +68,32 @@ def tier_of(target: Any) -> str:
         if isinstance(t, str) and t in TIERS:
             return t
     return "unknown"
+
+
+# The skill block may take this share of the model's context window, at this many characters
+# per token (Qwen2.5 / SmolLM2 tokenizers: ~4 for English prose, ~1.4 for Chinese; 2.5 keeps a
+# mixed block inside its share). Qwen2.5-Coder-1.5B at n_ctx 4096: 3,072 characters; the
+# tiny tier's cap (1,000) stays below that: a 135M model copies long prompts back.
+SKILL_CONTEXT_SHARE = 0.3
+CHARS_PER_TOKEN = 2.5
+MIN_SKILL_CHARS = 400
+
+
+def skill_budget(target: Any, context_tokens: int | None = None) -> int:
+    """Characters of skill text one answer's prompt may carry: the tier's cap, or less when
+    ``context_tokens`` (default: the backend's ``context_length``) is small."""
+    pol = policy(target)
+    n = context_tokens
+    if n is None and not isinstance(target, str):
+        backend = getattr(target, "backend", target)
+        try:
+            n = int(getattr(backend, "context_length", 0) or 0)
+        except (TypeError, ValueError, RuntimeError, AttributeError):
+            n = 0
+    if not n:
+        return pol.skill_chars
+    return max(MIN_SKILL_CHARS, min(pol.skill_chars,
+                                    int(n * SKILL_CONTEXT_SHARE * CHARS_PER_TOKEN)))
 
 
 def policy(tier_or_target: Any) -> TierPolicy:

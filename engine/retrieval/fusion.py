@@ -29,6 +29,7 @@ class FusionParams:
     window: float | None = None      # keep hits with fused >= best - window
     dedup: float | None = 0.95       # drop a hit whose cosine to a better one exceeds this
     mmr: float | None = None         # MMR relevance weight in (0, 1]; None = off
+    relevance: bool = False          # relevance.py: its ranker orders, η applies to P(related)
 
     def with_(self, **changes) -> FusionParams:
         return replace(self, **changes)
@@ -58,6 +59,8 @@ class Candidates:
     bm25: np.ndarray     # raw BM25 (0 = no lexical match)
     ceiling: float       # the query's BM25 ceiling (0 when no query term is known)
     vecs: np.ndarray     # the skills' unit vectors (rows align with keys)
+    cover: np.ndarray | None = None  # IDF-weighted query coverage (lexical.coverage)
+    segment_prob: np.ndarray | None = None  # best P(related) to one sentence of the request
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -86,13 +89,23 @@ def normalise(c: Candidates, p: FusionParams) -> tuple[np.ndarray, np.ndarray]:
 
 
 def rank(c: Candidates, p: FusionParams) -> list[tuple[int, float, float, float]]:
-    """Every candidate with a positive fused score as ``(row, fused, dense01, lexical01)``."""
+    """Every candidate with a positive fused score as ``(row, score, dense01, lexical01)``.
+
+    ``score`` is the fused score, in fused order; with ``p.relevance`` it is the calibrated
+    P(related) of :mod:`~engine.retrieval.relevance` (what the threshold and the window then
+    apply to) and the order is that module's ranker's.
+    """
     if not len(c):
         return []
     dense, lex = normalise(c, p)
     fused = p.lam * dense + (1.0 - p.lam) * lex
-    order = np.argsort(-fused, kind="stable")
-    return [(int(i), float(fused[i]), float(dense[i]), float(lex[i]))
+    score, key = fused, fused
+    if p.relevance:
+        from engine.retrieval.relevance import scores
+
+        key, score = scores(c)
+    order = np.lexsort((-fused, -key))  # by key, ties by the fused score
+    return [(int(i), float(score[i]), float(dense[i]), float(lex[i]))
             for i in order if fused[i] > 0]
 
 
@@ -104,7 +117,7 @@ def select(c: Candidates, p: FusionParams, top_k: int | None = None) -> list[
     if not ranked or k <= 0:
         return []
     if p.window is not None:
-        best = ranked[0][1]
+        best = ranked[0][1]  # the first in order (with relevance: the ranker's first)
         ranked = [r for r in ranked if r[1] >= best - p.window]
     if p.dedup is not None:
         kept: list[tuple[int, float, float, float]] = []

@@ -17,12 +17,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from engine.bank.skill import Skill
+from engine.retrieval import relevance
 from engine.retrieval.dense import DenseIndex, DenseStats
 from engine.retrieval.document import (
     DEFAULT_FIELDS,
@@ -219,8 +220,25 @@ class SkillIndex:
             return self._scopes.get(scope, set())
 
     def candidates(self, query: str, *, scope: str = "all", pool: int | None = None,
-                   qvec: np.ndarray | None = None) -> Candidates:
-        """The fusion pool for ``query`` (``qvec``: a precomputed query vector)."""
+                   qvec: np.ndarray | None = None, segments: bool = False) -> Candidates:
+        """The fusion pool for ``query`` (``qvec``: a precomputed query vector).
+
+        ``segments``: a request of several sentences is also searched sentence by sentence,
+        and each pooled skill gets its best P(related) to any one sentence
+        (:func:`relevance.segment_probability`; the order stays the whole request's): "Summarize
+        this: <pasted text>" is related to a summary skill through its first sentence, whatever
+        the pasted text is about.
+        """
+        whole = self._candidates(query, scope, pool, qvec)
+        parts = relevance.segments(query) if segments and len(whole) else []
+        if not parts:
+            return whole
+        qvecs = self.embedder.encode(parts)
+        pools = [self._candidates(t, scope, pool, v) for t, v in zip(parts, qvecs, strict=True)]
+        return replace(whole, segment_prob=relevance.segment_probability(whole, pools))
+
+    def _candidates(self, query: str, scope: str, pool: int | None,
+                    qvec: np.ndarray | None) -> Candidates:
         pool = pool or self.params.pool
         allowed = self._allowed(scope)
         if not query.strip() or not self.skills:
@@ -238,7 +256,8 @@ class SkillIndex:
         vecs = self.dense.vectors(keys)
         cos = vecs @ np.asarray(qvec, dtype=np.float32) if keys else np.zeros(0, np.float32)
         bm = np.array([raw.get(k, 0.0) for k in keys], dtype=np.float32)
-        return Candidates(keys, cos.astype(np.float32), bm, ceiling, vecs)
+        return Candidates(keys, cos.astype(np.float32), bm, ceiling, vecs,
+                          self.lexical.coverage(query, keys))
 
     def search(self, query: str, top_k: int | None = None, *, scope: str = "all",
                params: FusionParams | None = None, qvec: np.ndarray | None = None,
@@ -246,7 +265,8 @@ class SkillIndex:
         p = params_for(params or self.params, query, self.embedder.multilingual)
         if threshold is not None:
             p = p.with_(threshold=threshold)
-        c = self.candidates(query, scope=scope, pool=max(p.pool, top_k or 0), qvec=qvec)
+        c = self.candidates(query, scope=scope, pool=max(p.pool, top_k or 0), qvec=qvec,
+                            segments=p.relevance)
         chosen = select(c, p, top_k)
         with self._lock:
             return [SkillHit(self.skills[c.keys[i]], round(f, 4), round(d, 4), round(lx, 4))

@@ -136,3 +136,46 @@ class LexicalIndex:
             nz = nz[np.argpartition(-scores[nz], k - 1)[:k]]
         nz = nz[np.argsort(-scores[nz], kind="stable")]
         return [(snap.keys[i], float(scores[i])) for i in nz], ceiling, extra
+
+    def coverage(self, query: str, keys: list[str]) -> np.ndarray:
+        """IDF-weighted query coverage of each of ``keys``: the share of the query's
+        information (sum of idf over its distinct tokens) that the skill's text contains.
+
+        A query token no skill contains counts like the rarest known one (df = 1), so it
+        weighs fully: "What is the tallest mountain in Europe?" asks about *tallest*,
+        *mountain* and *Europe*, so a skill that mentions only *Europe* covers a small part of
+        it, where ``bm25 / ceiling`` (a ceiling made of the known words only) called it 1.0.
+        (Not df = 0: in a bank of one skill every known word has the smallest idf there is,
+        and an unseen word would outweigh it 5 to 1; with df = 1 a one-skill bank gives every
+        word the same weight, plain coverage, and a large bank the usual idf weighting.)
+        0 for a query with no tokens or no token in common.
+
+        The share is smoothed with one pseudo-token that no skill holds (weight: an unseen
+        word's): a one-word request ("thanks!", "name?") matched in full is weak evidence,
+        not 100% coverage; the smoothing fades as the request gets longer (1 word fully
+        covered: ~0.5, 3 words: ~0.75, 10 words: ~0.9). Added after the held-out off-topic
+        half showed one-word thanks and small talk reaching P(related) 0.9 on the 120-skill
+        user bank (bench/_retrieval_fit.py has the sequence).
+        """
+        snap = self._snap
+        out = np.zeros(len(keys), dtype=np.float32)
+        toks = list(dict.fromkeys(tokenize(query, cjk=self.cjk)))
+        if snap.bm25 is None or not toks or not keys:
+            return out
+        indptr = snap.bm25.scores["indptr"]
+        indices = snap.bm25.scores["indices"]
+        n = len(snap.keys)
+        unseen = math.log(1 + (n - 1 + 0.5) / (1 + 0.5))
+        total = 0.0
+        rows = np.array([snap.pos.get(k, -1) for k in keys])
+        for t in toks:
+            tid = snap.vocab.get(t)
+            df = int(indptr[tid + 1] - indptr[tid]) if (
+                tid is not None and tid + 1 < len(indptr)) else 0
+            if not df:
+                total += unseen
+                continue
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            total += idf
+            out += idf * np.isin(rows, indices[indptr[tid]:indptr[tid + 1]])
+        return out / (total + unseen) if total > 0 else out

@@ -1,0 +1,142 @@
+"""The issue-15 dev sets, measured on what the chat injects (bench/data/RETRIEVAL_SETS.md).
+
+- **Off-topic**: requests that no skill applies to, searched on the starter bank
+  (``resources/starter``) and on a 120-skill user bank taken from the corpus; the
+  injection rate is the share of requests for which :meth:`SkillIndex.search` (the chat's
+  search, default settings) returns anything.
+- **Paraphrase**: requests that need one corpus skill and share almost no words with it,
+  searched on the whole corpus; R@1 as served (the target is the first injected skill) and
+  R@1 / R@5 / MRR of the ranking without any relevance cut.
+
+Every row carries ``split`` ("tune" / "heldout"); every table reports both. ``features``
+collects the per-candidate features a relevance model is fitted on (tune split only, see
+``bench/_retrieval_fit.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.bank.store import SkillBank
+from engine.retrieval import DEFAULT_PARAMS
+from engine.retrieval.fusion import FusionParams, params_for, rank
+from engine.retrieval.index import SkillIndex
+from engine.settings import RESOURCES
+
+DATA = Path(__file__).resolve().parent / "data"
+STARTER = RESOURCES / "starter"  # the starter skills a new bank receives
+USER = "bench"
+SPLITS = ("tune", "heldout")
+LANGS = ("en", "zh")
+
+
+def load(name: str) -> list[dict]:
+    with open(DATA / name, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def user_bank_paths() -> list[str]:
+    lines = (DATA / "offtopic_user_bank.txt").read_text("utf-8").splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
+
+
+def missing(corpus: Path) -> list[str]:
+    """Dev-set skills (user bank, paraphrase targets) that ``corpus`` lacks."""
+    need = user_bank_paths() + [r["target"] for r in load("paraphrase.jsonl")]
+    return [rel for rel in dict.fromkeys(need) if not (Path(corpus) / rel / "SKILL.md").is_file()]
+
+
+def _user_folder(rel: str) -> str:
+    parts = Path(rel).parts
+    return f"{parts[-2]}--{parts[-1]}"
+
+
+def build_bank(kind: str, corpus: Path, dest: Path) -> Path:
+    """``starter``: the shipped starter skills; ``user``: the 120 listed corpus skills as one
+    user's skills. Returns the bank root (a copy: nothing is written into the corpus)."""
+    if kind == "starter":
+        shutil.copytree(STARTER, dest / "Common" / "starter")
+    elif kind == "user":
+        for rel in user_bank_paths():
+            target = dest / "Users" / USER / _user_folder(rel)
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(corpus) / rel / "SKILL.md", target / "SKILL.md")
+    else:
+        raise ValueError(kind)
+    return dest
+
+
+def open_index(root: Path, embedder, params: FusionParams | None = None) -> SkillIndex:
+    idx = SkillIndex(embedder, None, params or DEFAULT_PARAMS, persist=False)
+    idx.sync(SkillBank(root).load(USER, "all").skills)
+    return idx
+
+
+def target_key(idx: SkillIndex, bank_root: Path, rel: str) -> str | None:
+    """The index key of a corpus skill copied by ``corpus_bank`` (ConvSkill -> Users)."""
+    parts = Path(rel).parts
+    if parts[0] == "Common":
+        path = bank_root / rel / "SKILL.md"
+    else:
+        path = bank_root / "Users" / USER / _user_folder(rel) / "SKILL.md"
+    return idx.key_for_path(path)
+
+
+@dataclass
+class Served:
+    row: dict
+    hits: list[str]          # keys injected (as served)
+    ranking: list[str]       # the pool ranked by the fused score, no cut
+
+
+def serve(idx: SkillIndex, rows: Iterable[dict], params: FusionParams | None = None) -> list[
+        Served]:
+    out = []
+    for r in rows:
+        hits = idx.search(r["query"], params=params)
+        p = params_for(params or idx.params, r["query"], idx.embedder.multilingual)
+        c = idx.candidates(r["query"], pool=50, segments=p.relevance)
+        ranking = [c.keys[i] for i, *_ in rank(c, p.with_(threshold=0.0))]
+        from engine.retrieval.index import skill_key
+        out.append(Served(r, [skill_key(h.skill) for h in hits], ranking))
+    return out
+
+
+def injection_rows(results: list[Served], bank: str, splits=SPLITS) -> list[list]:
+    rows = []
+    for split in splits:
+        for lang in LANGS:
+            sel = [s for s in results if s.row["split"] == split and s.row["lang"] == lang]
+            n = len(sel)
+            bad = sum(bool(s.hits) for s in sel)
+            rows.append([f"{bank} {split} {lang.upper()}", n, bad, bad / max(1, n),
+                         sum(len(s.hits) for s in sel) / max(1, n)])
+    return rows
+
+
+def paraphrase_rows(results: list[Served], targets: dict[str, str | None],
+                    splits=SPLITS) -> list[list]:
+    rows = []
+    for split in splits:
+        for lang in LANGS:
+            sel = [s for s in results if s.row["split"] == split and s.row["lang"] == lang]
+            n = max(1, len(sel))
+            served1 = sum(bool(s.hits) and s.hits[0] == targets[s.row["id"]] for s in sel)
+            served_any = sum(targets[s.row["id"]] in s.hits for s in sel)
+            ranks = [s.ranking.index(targets[s.row["id"]]) + 1
+                     if targets[s.row["id"]] in s.ranking else None for s in sel]
+            rows.append([f"{split} {lang.upper()}", len(sel), served1 / n, served_any / n,
+                         sum(bool(s.hits) for s in sel) / n,
+                         sum(r == 1 for r in ranks) / n,
+                         sum(r is not None and r <= 5 for r in ranks) / n,
+                         sum(1.0 / r for r in ranks if r) / n])
+    return rows
+
+
+def offenders(results: list[Served], limit: int = 8, splits=SPLITS) -> list[str]:
+    return [f"{s.row['query']!r} -> {', '.join(k.rsplit('/', 1)[-1] for k in s.hits)}"
+            for s in results if s.hits and s.row["split"] in splits][:limit]
