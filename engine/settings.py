@@ -19,7 +19,8 @@ from pathlib import Path
 
 import platformdirs
 
-from engine.fsutil import atomic_write
+from engine.errors import UnsafePathError
+from engine.fsutil import atomic_write, check_component
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout (editable install)
 RESOURCES = ROOT / "resources"
@@ -149,6 +150,21 @@ _CHOICES = {"retrieval.scope": ("user", "common", "all"), "model.backend": ("loc
             "theme": ("light", "dark")}
 _MINIMUM = {"retrieval.top_k": 1, "model.n_threads": 0, "model.n_ctx": 0,
             "retrieval.threshold": 0.0, "model.temperature": 0.0}
+def _user_problem(value: str) -> str:
+    try:
+        check_component(value, "user")
+    except UnsafePathError as exc:
+        return f"is not a usable user name ({str(exc)[:80]})"
+    return ""
+
+
+def _bank_problem(value: str) -> str:
+    if value and Path(value).expanduser().exists() and not Path(value).expanduser().is_dir():
+        return f"names a file, not a folder ({_show(value)})"
+    return ""
+
+
+_VALIDATORS = {"user": _user_problem, "bank": _bank_problem}
 _KIND = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true or false",
          "float | None": "a number or null"}
 
@@ -194,6 +210,10 @@ def _checked(dc: type, raw: dict, prefix: str, problems: list[str]) -> dict:
             problems.append(f"settings.json: '{name}' must be one of "
                             f"{', '.join(_CHOICES[name])}, not {_show(value)}; "
                             f"using {_show(default)}")
+            continue
+        why = _VALIDATORS[name](value) if name in _VALIDATORS else ""
+        if why:
+            problems.append(f"settings.json: '{name}' {why}; using {_show(default)}")
             continue
         if name in _MINIMUM and value is not None and value < _MINIMUM[name]:
             problems.append(f"settings.json: '{name}' must be at least {_MINIMUM[name]}, not "
