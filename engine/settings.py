@@ -170,9 +170,19 @@ _KIND = {"int": "a whole number", "float": "a number", "str": "text", "bool": "t
 
 
 def _show(value: object) -> str:
-    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, (dict, list)) else (
-        "an object" if isinstance(value, dict) else "a list")
+    """A value for a one-line message: JSON, control characters escaped, at most 40 chars."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    text = json.dumps(value, ensure_ascii=not str(value).isprintable())
     return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _name(key: str) -> str:
+    """A key as the user typed it, on one line (control characters escaped)."""
+    key = key if len(key) <= 60 else key[:59] + "…"
+    return f"'{key}'" if key.isprintable() else json.dumps(key)
 
 
 def _fits(kind: str, value: object) -> bool:
@@ -196,7 +206,7 @@ def _checked(dc: type, raw: dict, prefix: str, problems: list[str]) -> dict:
         f = known.get(key)
         name = f"{prefix}{key}"
         if f is None:
-            problems.append(f"settings.json: unknown setting '{name[:60]}' ignored")
+            problems.append(f"settings.json: unknown setting {_name(name)} ignored")
             continue
         kind = str(f.type)
         if kind not in _KIND:
