@@ -163,3 +163,18 @@ def test_event_log_cut_short_and_wrong_types_are_skipped(tmp_path):
     q = LearningQueue(lambda: None, log_path=log)
     assert [e.id for e in q.events] == ["e1"]
     q.close()
+
+
+def test_chat_history_with_a_damaged_schema_text_is_kept_aside(tmp_path):
+    """Found by `bench fuzz`: invalid UTF-8 inside the stored schema made sqlite3 raise
+    UnicodeDecodeError (not a DatabaseError) while opening."""
+    path = tmp_path / "c.sqlite3"
+    store = ConversationStore(path)
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    data = path.read_bytes()
+    at = data.index(b"CREATE TABLE conversations")
+    path.write_bytes(data[:at + 7] + b"\x8b" + data[at + 8:])
+    store = ConversationStore(path)
+    assert "could not be read" in store.notice and store.list() == []
+    store.close()

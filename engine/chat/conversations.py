@@ -105,7 +105,7 @@ def _guarded(fn: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (sqlite3.DatabaseError, sqlite3.DataError) as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             if isinstance(exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError)):
                 raise
             raise ChatHistoryError(f"the chat history cannot be read or written "
@@ -160,7 +160,8 @@ class ConversationStore:
         self.notice = ""  # set when a damaged file was kept aside; the app shows it once
         try:
             self._db = self._open()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            # (sqlite3 raises UnicodeDecodeError when a damaged schema is in its own message)
             kept = self._keep_aside()
             self._db = self._open()
             why = " ".join(str(exc).split())[:100]
@@ -169,7 +170,8 @@ class ConversationStore:
             log.warning("%s", self.notice)
 
     def _open(self) -> sqlite3.Connection:
-        """Connect, set up and check the file: a damaged one raises sqlite3.DatabaseError."""
+        """Connect, set up and check the file: a damaged one raises sqlite3.DatabaseError (or
+        UnicodeDecodeError)."""
         db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
                              timeout=10)
         try:
