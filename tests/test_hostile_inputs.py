@@ -178,3 +178,11 @@ def test_chat_history_with_a_damaged_schema_text_is_kept_aside(tmp_path):
     store = ConversationStore(path)
     assert "could not be read" in store.notice and store.list() == []
     store.close()
+
+
+def test_settings_problems_stay_on_one_line():
+    """Found by `bench fuzz`: a key holding a newline broke the one-line promise."""
+    s = Settings.from_dict({"a\nb": 1, "theme": "x\u2028y"})
+    assert s.problems == ['settings.json: unknown setting "a\\nb" ignored',
+                          "settings.json: 'theme' must be one of light, dark, not "
+                          '"x\\u2028y"; using "light"']
