@@ -539,12 +539,14 @@ def target_conversations_db(data: bytes) -> None:
         store = _expected(lambda: ConversationStore(path))
         if store is None:
             return
-        try:  # damage the checks at open did not see would surface here as a failure
-            convs = store.list()
-            for c in convs[:5]:
-                store.messages(c.id)
-            store.search("message")
-            c = store.new("after")
+        try:
+            def read_all() -> None:
+                for c in store.list()[:5]:
+                    store.messages(c.id)
+                store.search("message")
+
+            _expected(read_all)  # reads may meet damage the checks missed: one line, then
+            c = store.new("after")  # but a store that opened must keep the user's new chats
             store.add_message(c.id, "user", "still works")
         finally:
             store.close()

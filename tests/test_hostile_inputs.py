@@ -186,3 +186,17 @@ def test_settings_problems_stay_on_one_line():
     assert s.problems == ['settings.json: unknown setting "a\\nb" ignored',
                           "settings.json: 'theme' must be one of light, dark, not "
                           '"x\\u2028y"; using "light"']
+
+
+def test_a_locked_chat_history_is_not_mistaken_for_damage(tmp_path, monkeypatch):
+    path = tmp_path / "c.sqlite3"
+    ConversationStore(path).close()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process writing, for longer than the timeout
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: sqlite3.Connection(
+        *a, **{**k, "timeout": 0.2}))
+    with pytest.raises(ChatHistoryError, match="in use by another process"):
+        ConversationStore(path)
+    other.execute("ROLLBACK")
+    other.close()
+    assert not list(tmp_path.glob("*.damaged-*"))  # nothing moved aside
