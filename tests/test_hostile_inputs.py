@@ -16,7 +16,7 @@ import sqlite3
 
 import pytest
 
-from bench._fuzz_targets import GOOD_SKILL
+from bench._fuzz_inputs import GOOD_SKILL
 from cli.main import main
 from engine.bank.store import SkillBank
 from engine.chat.conversations import ConversationStore
