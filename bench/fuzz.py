@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_reader(args.child, args.cases, args.seconds)))
         return 0
 
-    from bench._fuzz_targets import CORPORA, readers
+    from bench._fuzz_inputs import CORPORA
+    from bench._fuzz_targets import readers
 
     names = [r.name for r in readers() if args.reader.lower() in r.name.lower()]
     print(f"fuzzing {len(names)} readers: up to {args.cases} cases / {args.seconds:.0f} s each; "

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import platformdirs
 
-from engine.fsutil import atomic_write
+from engine.errors import UnsafePathError
+from engine.fsutil import atomic_write, check_component
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout, or site-packages for a wheel
 # Shipped data (prompts, themes, icons, the model registry, starter skills). Wheels install
@@ -162,14 +163,41 @@ _MINIMUM = {"retrieval.top_k": 1, "model.n_threads": 0, "model.n_ctx": 0,
 # Settings an older SkillDesk wrote whose meaning changed: dropped quietly on load (the next
 # save leaves them out), never reported as a problem with the user's file.
 _RETIRED = {"retrieval.threshold"}  # η on the fused score; now retrieval.min_relevance
+
+
+def _user_problem(value: str) -> str:
+    try:
+        check_component(value, "user")
+    except UnsafePathError as exc:
+        return f"is not a usable user name ({str(exc)[:80]})"
+    return ""
+
+
+def _bank_problem(value: str) -> str:
+    if value and Path(value).expanduser().exists() and not Path(value).expanduser().is_dir():
+        return f"names a file, not a folder ({_show(value)})"
+    return ""
+
+
+_VALIDATORS = {"user": _user_problem, "bank": _bank_problem}
 _KIND = {"int": "a whole number", "float": "a number", "str": "text", "bool": "true or false",
          "float | None": "a number or null"}
 
 
 def _show(value: object) -> str:
-    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, (dict, list)) else (
-        "an object" if isinstance(value, dict) else "a list")
+    """A value for a one-line message: JSON, control characters escaped, at most 40 chars."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    text = json.dumps(value, ensure_ascii=not str(value).isprintable())
     return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _name(key: str) -> str:
+    """A key as the user typed it, on one line (control characters escaped)."""
+    key = key if len(key) <= 60 else key[:59] + "…"
+    return f"'{key}'" if key.isprintable() else json.dumps(key)
 
 
 def _fits(kind: str, value: object) -> bool:
@@ -194,7 +222,7 @@ def _checked(dc: type, raw: dict, prefix: str, problems: list[str]) -> dict:
         name = f"{prefix}{key}"
         if f is None:
             if name not in _RETIRED:
-                problems.append(f"settings.json: unknown setting '{name[:60]}' ignored")
+                problems.append(f"settings.json: unknown setting {_name(name)} ignored")
             continue
         kind = str(f.type)
         if kind not in _KIND:
@@ -208,6 +236,10 @@ def _checked(dc: type, raw: dict, prefix: str, problems: list[str]) -> dict:
             problems.append(f"settings.json: '{name}' must be one of "
                             f"{', '.join(_CHOICES[name])}, not {_show(value)}; "
                             f"using {_show(default)}")
+            continue
+        why = _VALIDATORS[name](value) if name in _VALIDATORS else ""
+        if why:
+            problems.append(f"settings.json: '{name}' {why}; using {_show(default)}")
             continue
         if name in _MINIMUM and value is not None and value < _MINIMUM[name]:
             problems.append(f"settings.json: '{name}' must be at least {_MINIMUM[name]}, not "

@@ -12,7 +12,7 @@ mkdir -p "$SKILLDESK_HOME"
 "$py" - "$work/bank" <<'PY'
 import json, sys
 from pathlib import Path
-from bench._fuzz_targets import build_hostile_bank
+from bench._fuzz_inputs import build_hostile_bank
 from engine.settings import Settings
 good, bad = build_hostile_bank(Path(sys.argv[1]))
 print(f"bank: {len(good)} good skills, {len(bad)} hostile files")

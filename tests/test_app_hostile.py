@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("pytestqt")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from bench._fuzz_targets import build_hostile_bank  # noqa: E402
+from bench._fuzz_inputs import build_hostile_bank  # noqa: E402
 
 
 def tree_rows(w) -> tuple[list[str], list[str]]:

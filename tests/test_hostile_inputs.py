@@ -16,7 +16,7 @@ import sqlite3
 
 import pytest
 
-from bench._fuzz_targets import GOOD_SKILL
+from bench._fuzz_inputs import GOOD_SKILL
 from cli.main import main
 from engine.bank.store import SkillBank
 from engine.chat.conversations import ConversationStore
@@ -163,3 +163,40 @@ def test_event_log_cut_short_and_wrong_types_are_skipped(tmp_path):
     q = LearningQueue(lambda: None, log_path=log)
     assert [e.id for e in q.events] == ["e1"]
     q.close()
+
+
+def test_chat_history_with_a_damaged_schema_text_is_kept_aside(tmp_path):
+    """Found by `bench fuzz`: invalid UTF-8 inside the stored schema made sqlite3 raise
+    UnicodeDecodeError (not a DatabaseError) while opening."""
+    path = tmp_path / "c.sqlite3"
+    store = ConversationStore(path)
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    store.close()
+    data = path.read_bytes()
+    at = data.index(b"CREATE TABLE conversations")
+    path.write_bytes(data[:at + 7] + b"\x8b" + data[at + 8:])
+    store = ConversationStore(path)
+    assert "could not be read" in store.notice and store.list() == []
+    store.close()
+
+
+def test_settings_problems_stay_on_one_line():
+    """Found by `bench fuzz`: a key holding a newline broke the one-line promise."""
+    s = Settings.from_dict({"a\nb": 1, "theme": "x\u2028y"})
+    assert s.problems == ['settings.json: unknown setting "a\\nb" ignored',
+                          "settings.json: 'theme' must be one of light, dark, not "
+                          '"x\\u2028y"; using "light"']
+
+
+def test_a_locked_chat_history_is_not_mistaken_for_damage(tmp_path, monkeypatch):
+    path = tmp_path / "c.sqlite3"
+    ConversationStore(path).close()
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process writing, for longer than the timeout
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: sqlite3.Connection(
+        *a, **{**k, "timeout": 0.2}))
+    with pytest.raises(ChatHistoryError, match="in use by another process"):
+        ConversationStore(path)
+    other.execute("ROLLBACK")
+    other.close()
+    assert not list(tmp_path.glob("*.damaged-*"))  # nothing moved aside

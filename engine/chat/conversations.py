@@ -105,7 +105,7 @@ def _guarded(fn: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (sqlite3.DatabaseError, sqlite3.DataError) as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             if isinstance(exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError)):
                 raise
             raise ChatHistoryError(f"the chat history cannot be read or written "
@@ -160,7 +160,13 @@ class ConversationStore:
         self.notice = ""  # set when a damaged file was kept aside; the app shows it once
         try:
             self._db = self._open()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+            # (sqlite3 raises UnicodeDecodeError when a damaged schema is in its own message)
+            if isinstance(exc, sqlite3.OperationalError) and any(
+                    w in str(exc).lower() for w in ("locked", "busy")):
+                # in use by another process for over 10 s: not damage; never move it aside
+                raise ChatHistoryError(f"the chat history {self.path} is in use by another "
+                                       "process (database is locked); try again") from None
             kept = self._keep_aside()
             self._db = self._open()
             why = " ".join(str(exc).split())[:100]
@@ -169,7 +175,8 @@ class ConversationStore:
             log.warning("%s", self.notice)
 
     def _open(self) -> sqlite3.Connection:
-        """Connect, set up and check the file: a damaged one raises sqlite3.DatabaseError."""
+        """Connect, set up and check the file: a damaged one raises sqlite3.DatabaseError (or
+        UnicodeDecodeError)."""
         db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
                              timeout=10)
         try:
@@ -186,6 +193,16 @@ class ConversationStore:
                        "FROM conversations LIMIT 1").fetchall()
             db.execute("SELECT id, conversation_id, role, content, created, meta FROM messages "
                        "LIMIT 1").fetchall()
+            # a write probe, rolled back: a header saying "newer format, read-only" or a
+            # damaged index would otherwise let every chat open and no new message be saved
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("INSERT INTO conversations (id, title, created, updated) "
+                           "VALUES ('~probe', '', 0, 0)")
+                db.execute("INSERT INTO messages (conversation_id, role, content, created) "
+                           "VALUES ('~probe', 'user', '', 0)")
+            finally:
+                db.execute("ROLLBACK")
             if self.path.stat().st_size <= CHECK_MAX_BYTES:
                 ok = db.execute("PRAGMA integrity_check(1)").fetchone()
                 if ok is None or ok[0] != "ok":
