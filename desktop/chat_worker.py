@@ -35,7 +35,8 @@ def turn_info(result: Any, elapsed_s: float) -> dict[str, Any]:
     injected = []
     for s in getattr(result, "injected", None) or []:
         injected.append({k: _plain(getattr(s, k, None)) for k in
-                         ("id", "name", "title", "version", "path", "score")})
+                         ("id", "name", "title", "version", "path", "score", "rules_total",
+                          "rules_shown", "cut")})
     usage = getattr(result, "usage", None)
     info = {
         "text": getattr(result, "text", ""),

@@ -123,8 +123,13 @@ class MessageWidget(QFrame):
                 score = s.get("score")
                 score_txt = f" · {score:.2f}" if isinstance(score, int | float) else ""
                 href = html.escape(f"skill:{s.get('path') or s.get('id') or ''}", quote=True)
+                cut = s.get("cut") or []
+                cut_txt = ""
+                if cut:  # over the context budget: say how much of the skill the model saw
+                    cut_txt = html.escape(f" · {s.get('rules_shown')} of {s.get('rules_total')} "
+                                          "rules (budget)")
                 links.append(f'<a href="{href}" style="color:{c["link"]};">{name}</a>'
-                             f" v{ver}{score_txt}")
+                             f" v{ver}{score_txt}{cut_txt}")
             parts.append("Skills used: " + ", ".join(links))
         info = []
         if self.meta.get("model"):
