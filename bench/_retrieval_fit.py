@@ -36,6 +36,10 @@ showed one-word thanks and small talk ("thanks!", "What's your name?") injecting
 coverage was then smoothed with one pseudo-word no skill holds (lexical.coverage) and both
 models refitted on the tune halves; the tune numbers did not move, so the held-out halves were
 seen once before that change and are not untouched for it (the note of issue 15 says so).
+Later, P(related) became the best over the request's sentences too (relevance.py, MaxP; the
+models are unchanged, fitted on whole requests), after a real-model test of a pasted text
+("Summarize this: ...") lost its summary skill; the dev-set numbers did not move except one
+more ZH tune paraphrase served.
 
 ``skilldesk bench retrieval --fit`` writes both into engine/retrieval/relevance.json.
 """

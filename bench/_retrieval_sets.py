@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,18 +92,21 @@ class Served:
     row: dict
     hits: list[str]          # keys injected (as served)
     ranking: list[str]       # the pool ranked by the fused score, no cut
+    ms: float = 0.0          # the served search, query embedding(s) included
 
 
 def serve(idx: SkillIndex, rows: Iterable[dict], params: FusionParams | None = None) -> list[
         Served]:
     out = []
     for r in rows:
+        t0 = time.perf_counter()
         hits = idx.search(r["query"], params=params)
+        ms = (time.perf_counter() - t0) * 1000
         p = params_for(params or idx.params, r["query"], idx.embedder.multilingual)
         c = idx.candidates(r["query"], pool=50, segments=p.relevance)
         ranking = [c.keys[i] for i, *_ in rank(c, p.with_(threshold=0.0))]
         from engine.retrieval.index import skill_key
-        out.append(Served(r, [skill_key(h.skill) for h in hits], ranking))
+        out.append(Served(r, [skill_key(h.skill) for h in hits], ranking, ms))
     return out
 
 

@@ -314,6 +314,8 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
     rows_in = D.load("paraphrase.jsonl")
     idx = SkillIndex(emb, None, params or DEFAULT_PARAMS, persist=False)
     idx.sync(skills)
+    if hasattr(emb, "base"):  # time real query embeddings, not the bench's vector cache
+        idx.embedder = idx.dense.embedder = emb.base
     targets = {r["id"]: D.target_key(idx, root, r["target"]) for r in rows_in}
     res = D.serve(idx, rows_in)
     rows = D.paraphrase_rows(res, targets, a.splits)
@@ -321,6 +323,17 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
                  "R@1 no cut", "R@5 no cut", "MRR no cut"], rows,
                 f"\nParaphrased requests (bench/data/paraphrase.jsonl; {len(idx)} skills; "
                 "served = what the chat injects; target served R@1 >= 0.50)"), file=out)
+    import numpy as np
+
+    from engine.retrieval.relevance import segments
+
+    for label, sel in (("all", res), ("several sentences", [
+            x for x in res if segments(x.row["query"])])):
+        ms = [x.ms for x in sel]
+        if ms:
+            print(f"search + embedding, {label} ({len(ms)} requests, {len(idx)} skills): p50 "
+                  f"{np.percentile(ms, 50):.1f} ms, p95 {np.percentile(ms, 95):.1f} ms "
+                  "(a request of several sentences embeds each, at most 4)", file=out)
     return rows
 
 

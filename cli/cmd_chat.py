@@ -49,8 +49,10 @@ def _open(args):
 def _footer(result) -> str:
     parts = []
     if result.injected:
-        parts.append("skills: " + ", ".join(f"{s.title} v{s.version} ({s.score:.2f})"
-                                            for s in result.injected))
+        parts.append("skills: " + ", ".join(
+            f"{s.title} v{s.version} ({s.score:.2f}"
+            + (f", {s.rules_shown} of {s.rules_total} rules: budget" if s.cut else "") + ")"
+            for s in result.injected))
     if result.decode_tps:
         parts.append(f"{result.decode_tps:.1f} tok/s")
     if result.trimmed_messages:

@@ -127,6 +127,10 @@ class MessageWidget(QFrame):
                 href = html.escape(f"skill:{ref}", quote=True)
                 if s.get("always"):
                     score_txt = " · always"
+                cut_txt = ""
+                if s.get("cut"):  # over the context budget: how much of the skill the model saw
+                    cut_txt = html.escape(f" · {s.get('rules_shown')} of {s.get('rules_total')} "
+                                          "rules (budget)")
                 if s.get("didnt_fit"):
                     fit = f' <span style="color:{c["muted"]};">(didn\'t fit: noted)</span>'
                 else:
@@ -134,7 +138,7 @@ class MessageWidget(QFrame):
                            f'style="color:{c["muted"]};" title="This skill did not fit this '
                            f'answer">didn\'t fit?</a>')
                 links.append(f'<a href="{href}" style="color:{c["link"]};">{name}</a>'
-                             f" v{ver}{score_txt}{fit}")
+                             f" v{ver}{score_txt}{cut_txt}{fit}")
             parts.append("Skills used: " + ", ".join(links))
         info = []
         if self.meta.get("model"):

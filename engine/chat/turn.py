@@ -64,7 +64,9 @@ class TurnResult:
         return {
             "text": self.text, "query": self.query, "rewritten": self.rewritten,
             "injected": [{"id": s.id, "name": s.name, "title": s.title, "version": s.version,
-                          "path": s.path, "score": round(float(s.score), 4)}
+                          "path": s.path, "score": round(float(s.score), 4),
+                          "rules_total": s.rules_total, "rules_shown": s.rules_shown,
+                          "cut": list(s.cut)}
                          for s in self.injected],
             "model": self.model, "finish_reason": self.finish_reason, "ttft_s": self.ttft_s,
             "decode_tps": self.decode_tps, "turn_id": self.turn_id,

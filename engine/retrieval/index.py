@@ -233,9 +233,11 @@ class SkillIndex:
         parts = relevance.segments(query) if segments and len(whole) else []
         if not parts:
             return whole
-        qvecs = self.embedder.encode(parts)
-        pools = [self._candidates(t, scope, pool, v) for t, v in zip(parts, qvecs, strict=True)]
-        return replace(whole, segment_prob=relevance.segment_probability(whole, pools))
+        # only the whole request's pool is scored, and P(related) needs cosine and coverage
+        # alone: one batch embedding and one coverage per sentence, no further index search
+        cos = whole.vecs @ self.embedder.encode(parts).T
+        cover = np.stack([self.lexical.coverage(t, whole.keys) for t in parts], axis=1)
+        return replace(whole, segment_prob=relevance.segment_probability(whole, cos, cover))
 
     def _candidates(self, query: str, scope: str, pool: int | None,
                     qvec: np.ndarray | None) -> Candidates:

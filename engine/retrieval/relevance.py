@@ -96,7 +96,11 @@ def _linear(d: dict, path: str) -> Linear:
 def load_model(path: str = str(MODEL_FILE)) -> Model:
     """The fitted models (``relevance.json``: features, weights, how they were fitted)."""
     d = json.loads(Path(path).read_text("utf-8"))
-    return Model(_linear(d["ranker"], path), _linear(d["decision"], path))
+    model = Model(_linear(d["ranker"], path), _linear(d["decision"], path))
+    if not set(d["decision"]["features"]) <= {"cos", "cover"}:
+        raise ValueError(f"{path}: the decision may read cos and cover only (it also scores "
+                         "single sentences, which have no BM25 pool)")
+    return model
 
 
 def scores(c: Candidates, model: Model | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -130,20 +134,19 @@ def segments(query: str) -> list[str]:
     return parts[:MAX_SEGMENTS] if len(parts) > 1 else []
 
 
-def segment_probability(whole: Candidates, pools: list[Candidates],
+def segment_probability(whole: Candidates, cos: np.ndarray, cover: np.ndarray,
                         model: Model | None = None) -> np.ndarray:
     """For each skill of the whole request's pool, its best P(related) to any one sentence of
-    the request (0 where no sentence pooled it): MaxP over the request's sentences."""
+    the request (MaxP). ``cos`` / ``cover``: ``(len(whole), sentences)`` per sentence. The
+    decision reads cosine and coverage only (``lex`` is 0 here; :func:`load_model` refuses a
+    decision that reads anything else)."""
+    m = model or load_model()
     best = np.zeros(len(whole), dtype=np.float64)
-    pos = {k: i for i, k in enumerate(whole.keys)}
-    for c in pools:
-        if not len(c):
-            continue
-        _, p = scores(c, model)
-        for k, pk in zip(c.keys, p, strict=True):
-            i = pos.get(k)
-            if i is not None and pk > best[i]:
-                best[i] = pk
+    z = np.zeros(len(whole), dtype=np.float32)
+    for j in range(cos.shape[1]):
+        c = Candidates(whole.keys, cos[:, j].astype(np.float32), z, 0.0, whole.vecs,
+                       cover[:, j].astype(np.float32))
+        best = np.maximum(best, scores(c, m)[1])
     return best
 
 
