@@ -214,7 +214,8 @@ def score(scenario: dict[str, Any], before: dict[str, Skill], after: list[Skill]
         if all(homes) and not sc.two_task_split:
             sc.notes.append("two tasks ended in one skill")
     sc.passed = int(sc.right == sc.expected and sc.known_right == sc.known_items
-                    and sc.junk == 0 and sc.duplicates == 0 and not sc.leaks)
+                    and sc.junk == 0 and sc.duplicates == 0 and not sc.leaks
+                    and sc.two_task_split == sc.two_task)
     sc.zh = int(scenario.get("lang") == "zh")
     sc.zh_passed = sc.zh * sc.passed
     return sc
