@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._evolution_score import Score, load_scenarios, score, seed_bank, skill_blob
+from bench.learning_scenarios import Score, load_scenarios, score, seed_bank, skill_blob
 
 PROBES = [
     "Summarize this article: Remote work grew fast after 2020. Companies saved office costs, "

@@ -1,6 +1,6 @@
 """``skilldesk bench fuzz``: the reader fuzzing of the test suite, run much longer.
 
-Every reader of outside input (see bench/_fuzz_targets.py: SKILL.md, bank load, history, zip
+Every reader of outside input (see bench/fuzz_targets.py: SKILL.md, bank load, history, zip
 import, conversation/trajectory/document imports, settings, consolidation records, event log
 and ledgers, the chat database) is fed ``--cases`` generated inputs (hypothesis strategies:
 bytes, deep/wide/wrong-typed trees, huge strings, mutated real files), within ``--seconds``
@@ -32,7 +32,7 @@ def run_reader(name: str, cases: int, seconds: float) -> dict:
     """Fuzz one reader in this process; the counts as a dict."""
     from hypothesis import HealthCheck, Phase, given, settings
 
-    from bench._fuzz_targets import readers
+    from bench.fuzz_targets import readers
 
     reader = next(r for r in readers() if r.name == name)
     stats = {"reader": name, "cases": 0, "failures": 0, "slowest_s": 0.0, "examples": []}
@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(run_reader(args.child, args.cases, args.seconds)))
         return 0
 
-    from bench._fuzz_inputs import CORPORA
-    from bench._fuzz_targets import readers
+    from bench.fuzz_inputs import CORPORA
+    from bench.fuzz_targets import readers
 
     names = [r.name for r in readers() if args.reader.lower() in r.name.lower()]
     print(f"fuzzing {len(names)} readers: up to {args.cases} cases / {args.seconds:.0f} s each; "

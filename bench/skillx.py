@@ -235,7 +235,7 @@ def _llm_sample(plan, a) -> list:
 
 # ------------------------------------------------------------------------------ entry point
 def plan_part(a, out) -> dict:
-    from bench import _skillx_plan
+    from bench import skillx_scenarios
 
     emb = CachedEmbedder(make_embedder(a.embedder), a.cache)
     backend = None
@@ -244,7 +244,7 @@ def plan_part(a, out) -> dict:
 
         backend = make_backend(model=a.model, n_threads=2)
     try:
-        return _skillx_plan.run(SCENARIOS, emb, cap=a.cap, llm=backend, out=out)
+        return skillx_scenarios.run(SCENARIOS, emb, cap=a.cap, llm=backend, out=out)
     finally:
         emb.flush()
         if backend is not None:

@@ -12,6 +12,7 @@ import pytest
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "autoskill-dev"
 if not CORPUS.is_dir():  # CI clones main next to shared/
     CORPUS = Path(os.environ.get("SKILLDESK_CORPUS", "/work/shared/corpora/autoskill-dev"))
+SESSIONS = CORPUS.parent / "autoskill-sessions-sample"  # AutoSkill web-UI session exports
 
 
 @pytest.fixture(autouse=True)

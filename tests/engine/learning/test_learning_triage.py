@@ -1,0 +1,352 @@
+"""Learning from what people actually say (issue 16), on the scripted oracle: the model's triage
+lets through rules said without cue words, cue words only fast-track, the tiny tier keeps its
+rules; skills stay general; a contradicting rule replaces the old one; the PrefEval protocol."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import prefeval
+from bench.learning_scenarios import load_scenarios, score, seed_bank
+from bench.oracle import OracleLLM
+from engine import prompts
+from engine.bank.store import SkillBank
+from engine.desk import SkillDesk
+from engine.errors import StructuredOutputError
+from engine.learning import Pipeline
+from engine.learning import triage as gate
+from engine.learning.candidate import Candidate
+from engine.learning.checks import case_details, generalize, repair_merge, vet_candidate
+from engine.learning.rules import rule_extract, short_name
+from engine.llm import tiers
+from engine.llm.client import LLMClient
+from engine.llm.worker import ModelWorker
+from engine.settings import Settings
+
+PEOPLE = {s["id"]: s for s in load_scenarios("people")}
+
+
+def U(t):
+    return {"role": "user", "content": t}
+
+
+def A(t):
+    return {"role": "assistant", "content": t}
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from engine.retrieval.embedders import make_embedder
+
+    return make_embedder(None)
+
+
+def open_desk(root: Path, embedder, worker) -> SkillDesk:
+    desk = SkillDesk.open(root, config=Settings(), create=True, embedder=embedder)
+    desk.worker = worker
+    return desk
+
+
+def replay(desk: SkillDesk, messages: list[dict]) -> list:
+    actions = []
+    for k, m in enumerate(messages):
+        if m["role"] == "user":
+            end = k + 2 if k + 1 < len(messages) and messages[k + 1]["role"] == "assistant" \
+                else k + 1
+            actions += desk.learning.run(messages[:end], mode="turn").actions
+    return actions
+
+
+# ------------------------------------------------------------------------------ the set
+def test_people_set_is_big_bilingual_and_split_in_halves():
+    rows = list(PEOPLE.values())
+    assert len(rows) >= 40 and sum(r["lang"] == "zh" for r in rows) >= 14
+    tune = [r for r in rows if r["split"] == "tune"]
+    assert abs(len(tune) - len(rows) / 2) <= 1 and {r["split"] for r in rows} == {"tune",
+                                                                                  "heldout"}
+    assert sum(1 for r in rows if not r["expect"]) >= 12  # one-offs
+    kinds = {r["kind"] for r in rows}
+    assert {"persona", "firm", "no-cue", "do-not", "format-twice", "merge", "contradict",
+            "two-tasks", "topic-switch", "one-off"} <= kinds
+
+
+# ------------------------------------------------------------------------------ triage
+def test_the_triage_prompt_loads_and_its_answer_is_one_small_enum():
+    p = prompts.load("triage")
+    msgs = p.render(user_turns="1. I only fly economy.")
+    assert msgs[0]["role"] == "system" and msgs[-1]["content"].endswith("economy.")
+    assert p.max_tokens <= 16 and list(p.schema["properties"]) == ["kind"]
+    assert "none" in p.schema["properties"]["kind"]["enum"]
+
+
+def test_tier_policy_triage_by_model_on_capable_models_by_rules_on_the_tiny_one():
+    assert tiers.policy("capable").triage == "llm" and tiers.policy("unknown").triage == "llm"
+    assert tiers.policy("tiny").triage == "rule"
+
+
+def test_windows_ask_decide_only_where_no_cue_fast_tracks():
+    asked = []
+
+    def decide(turns):
+        asked.append([t.text for t in turns])
+        return "constraint"
+
+    fast = gate.windows([U("From now on, answer in French.")], "turn", decide)
+    assert fast and not asked  # a cue fast-tracks: no model call
+    slow = gate.windows([U("I strictly avoid gluten, I have celiac disease.")], "turn", decide)
+    assert slow and slow[0].cues == ["model:constraint"] and len(asked) == 1
+    assert gate.windows([U("Is it cold in Oslo?")], "turn", lambda t: None) == []
+    assert gate.windows([U("Is it cold in Oslo?")], "turn") == []  # no decide: cues only
+
+
+@pytest.mark.parametrize("sid", ["p-en-pirate", "f-en-economy", "d-en-recap", "t-zh-three",
+                                 "w-en-workout-grocery"])
+def test_rules_said_without_cue_words_are_learned_through_the_models_triage(sid, tmp_path,
+                                                                             embedder):
+    sc = PEOPLE[sid]
+    oracle = OracleLLM(sc)
+    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(oracle))
+    try:
+        before = seed_bank(desk.bank, "default", sc)
+        desk.refresh()
+        actions = replay(desk, sc["messages"])
+        s = score(sc, before, desk.bank.load("default", scope="user").skills, actions)
+        assert s.passed, (s.notes, [(a.kind, a.reason) for a in actions])
+        assert "triage" in oracle.calls
+    finally:
+        desk.close()
+
+
+def test_the_tiny_tier_never_asks_the_model_to_triage(tmp_path):
+    sc = PEOPLE["p-en-pirate"]
+    oracle = OracleLLM(sc)
+    oracle.tier = "tiny"
+    bank = SkillBank(tmp_path / "bank")
+    actions = Pipeline(bank, "default", LLMClient(oracle)).run(sc["messages"], "conversation")
+    assert "triage" not in oracle.calls and actions == []
+
+
+class BadTriage(OracleLLM):
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "kind" in set(schema.get("properties") or {}):
+            self.calls.append("triage")
+            raise StructuredOutputError("not JSON")
+        return super().structured(messages, schema, params, cancel)
+
+
+def test_an_unusable_triage_answer_learns_nothing_and_never_crashes(tmp_path):
+    sc = PEOPLE["f-en-gluten"]
+    llm = BadTriage(sc)
+    bank = SkillBank(tmp_path / "bank")
+    assert Pipeline(bank, "default", LLMClient(llm)).run(sc["messages"], "conversation") == []
+    assert llm.calls == ["triage"] and bank.load("default").skills == []
+
+
+@pytest.mark.parametrize("sid", [s for s in PEOPLE if not PEOPLE[s]["expect"]])
+def test_one_offs_write_nothing_even_when_triage_is_asked(sid, tmp_path, embedder):
+    sc = PEOPLE[sid]
+    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(OracleLLM(sc)))
+    try:
+        actions = replay(desk, sc["messages"])
+        assert not [a for a in actions if a.kind in ("add", "merge")]
+        assert desk.bank.load("default", scope="user").skills == []
+    finally:
+        desk.close()
+
+
+def test_a_chat_turn_never_waits_for_a_background_triage(tmp_path, embedder):
+    sc = PEOPLE["f-en-wheelchair"]
+    slow = OracleLLM(sc, delay_s=2.0, reply="Fast answer.")
+    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(slow))
+    try:
+        job = desk.learning.submit(sc["messages"], mode="conversation")
+        t0 = time.perf_counter()
+        while "triage" not in slow.calls:  # the background triage is now running
+            assert time.perf_counter() - t0 < 10
+            time.sleep(0.01)
+        started = time.perf_counter()
+        r = desk.chat([U("What is the capital of France?")], learn=False)
+        assert r.text == "Fast answer." and time.perf_counter() - started < 1.0
+        assert desk.learning.wait_idle(30)
+        assert [a.kind for a in desk.learning.result(job).actions] == ["add"]
+    finally:
+        desk.close()
+
+
+# ------------------------------------------------------------------------------ general skills
+def test_generalize_takes_names_numbers_and_quotes_of_the_request_out_of_the_skill():
+    turns = ["Plan a 3-day trip to Lisbon with museums.",
+             "Trip plans for me always list the train times."]
+    c = Candidate(name="Lisbon trip plans", description="Trip plans like the Lisbon one.",
+                  goal="Plan trips to Lisbon.", constraints=["Always list the train times"],
+                  triggers=["plan a trip", "plan a 3-day trip to Lisbon", "x" * 70])
+    assert {"lisbo", "3"} <= case_details(turns, c.constraints)
+    notes = generalize(c, turns)
+    text = " ".join([c.name, c.description, c.goal, *c.triggers]).lower()
+    assert "lisbon" not in text and "3" not in text and notes
+    assert c.triggers == ["plan a trip"] and c.name == "trip plans"
+    # a topic word only the request had never names the skill; one the rules use may
+    turns = ["Explain how a heat pump works.", "Talk to me like a grumpy wizard in every reply."]
+    c = Candidate(name="Heat pump explanation", description="Explaining heat pumps.",
+                  constraints=["Talk like a grumpy wizard in every reply"], triggers=["explain"])
+    generalize(c, turns)
+    assert "heat" not in (c.name + c.description).lower() and "wizard" in c.name.lower()
+    c = Candidate(name="Customer reply tone", description="Replies to customers.",
+                  constraints=["Address customers by first name"])
+    generalize(c, ["Reply to this customer about a late parcel.",
+                   "Our replies use first names."])
+    assert c.name == "Customer reply tone"
+    # the tools a rule is about are the kind of task, never the instance
+    assert "python" not in case_details(["Write a Python function to sort names."],
+                                        ["Use f-strings in Python"]) | case_details(
+        ["Write a Python function to sort names.", "In Python use f-strings."],
+        ["Use f-strings in Python"])
+
+
+def test_vet_uses_the_turns_to_generalize_and_keeps_a_stated_constraint():
+    c = Candidate(name="Gluten-free food", description="Avoid gluten.",
+                  constraints=["Avoid gluten in any food suggestion"], confidence=0.9)
+    said = "I strictly avoid gluten, I have celiac disease."
+    assert vet_candidate(c, said, "", [said]) is None  # two of the user's words ground it
+    c = Candidate(name="Made up", description="x", constraints=["Use tabs in Go code"],
+                  confidence=0.9)
+    assert vet_candidate(c, said, "", [said]) is not None
+
+
+def test_the_rule_fallback_never_names_a_skill_with_a_raw_sentence():
+    rule = ("Whenever you write release notes for me, put breaking changes first and link "
+            "every ticket, thanks")
+    name = short_name(rule)
+    assert len(name.split()) <= 6 and len(name) < len(rule) / 2
+    w = gate.windows([U("Write release notes for version 4.2 of Atlas."), A("Here they are."),
+                      U(rule)], "conversation")
+    [c] = rule_extract(w[-1])
+    assert all("atlas" not in t.lower() and "4.2" not in t for t in c.triggers)
+
+
+# ------------------------------------------------------------------------------ merges
+def test_a_contradicting_rule_replaces_the_old_one_when_the_model_names_it():
+    ex = Candidate(name="Meeting notes", description="d",
+                   constraints=["List attendees first", "Write action items at the end"])
+    new = Candidate(name="Meeting notes", description="d",
+                    constraints=["Put action items at the very top"])
+    merged = Candidate(name="x", description="d",
+                       constraints=["List attendees first", "Write action items at the end",
+                                    "Put action items at the very top"])
+    notes = repair_merge(merged, ex, new, replaced=["Write action items at the end"])
+    assert merged.constraints == ["List attendees first", "Put action items at the very top"]
+    assert any("replaced" in n for n in notes)
+    # a rule the model lost (and did not name as replaced) comes back; naming a rule the skill
+    # never had removes nothing
+    merged = Candidate(name="x", description="d", constraints=["Put action items at the very top"])
+    repair_merge(merged, ex, new, replaced=["A rule that was never there"])
+    assert "List attendees first" in merged.constraints
+
+
+def test_a_contradicting_merge_keeps_the_old_wording_in_history(tmp_path, embedder):
+    sc = PEOPLE["m-en-minutes-flip"]
+    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(OracleLLM(sc)))
+    try:
+        seeded = seed_bank(desk.bank, "default", sc)
+        desk.refresh()
+        actions = replay(desk, sc["messages"])
+        [merge] = [a for a in actions if a.kind == "merge"]
+        now = merge.skill.instructions
+        assert "very top" in now and "at the end" not in now
+        old = desk.bank.history.text(merge.skill.id, seeded["Meeting notes"].version)
+        assert "Write action items at the end" in old
+    finally:
+        desk.close()
+
+
+# ------------------------------------------------------------------------------ PrefEval
+ITEMS = [  # made up for the test (PrefEval's items are never copied into the repository)
+    {"topic": "t", "preference": "I never drink coffee, it keeps me awake.",
+     "question": "What should I order at a cafe?", "options": ["Herbal tea", "Espresso",
+                                                               "Latte", "Cold brew"],
+     "answer_index": 0},
+    {"topic": "t", "preference": "I only take trains when I travel.",
+     "question": "How should I get to Paris?", "options": ["A train", "A plane", "A car",
+                                                           "A cruise"], "answer_index": 0},
+]
+
+
+def test_prefeval_items_are_ordered_and_shuffled_by_seed_and_sliced(tmp_path):
+    f = tmp_path / "items.jsonl"
+    f.write_text("\n".join(json.dumps(d) for d in ITEMS * 3) + "\n", encoding="utf-8")
+    a = prefeval.load_items(f, seed=1, offset=0, limit=4)
+    assert [d["_index"] for d in a] == [d["_index"] for d in prefeval.load_items(f, seed=1,
+                                                                                 limit=4)]
+    b = prefeval.load_items(f, seed=1, offset=4, limit=4)
+    assert len(b) == 2 and not {d["_index"] for d in a} & {d["_index"] for d in b}
+    q = prefeval.question_text(a[0])
+    assert prefeval.ASK in q and q.count(")") >= 4
+    right = "ABCD"[a[0]["_order"].index(0)]
+    assert prefeval.is_right(a[0], right) and not prefeval.is_right(a[0], None)
+    assert prefeval.answer_letter("B) A plane") == "B" and prefeval.answer_letter("C") == "C"
+    assert prefeval.answer_letter("I cannot say") is None
+
+
+class LetterOracle(OracleLLM):
+    """Answers every question with the letter of the first option it was shown."""
+
+    def __init__(self, items):
+        super().__init__({"expect": [{"outcome": "add", "name": f"Preference {i}",
+                                      "evidence": d["preference"][:20],
+                                      "constraints": [d["preference"]],
+                                      "triggers": [d["question"]]}
+                                     for i, d in enumerate(items)]}, reply="A")
+
+
+def test_prefeval_protocol_learns_each_preference_and_asks_in_new_chats(tmp_path, embedder):
+    f = tmp_path / "items.jsonl"
+    f.write_text("\n".join(json.dumps(d) for d in ITEMS) + "\n", encoding="utf-8")
+    items = prefeval.load_items(f, seed=3)
+    oracle = LetterOracle(items)
+    worker = ModelWorker(oracle)
+    try:
+        out = prefeval.run(worker, embedder, items, log=lambda *_: None)
+    finally:
+        worker.close()
+    expected = sum(d["_order"][0] == 0 for d in items) / len(items)
+    for cond in ("none", "reminder", "learned"):
+        assert out[cond]["accuracy"] == expected and out[cond]["unparsed"] == 0
+    assert all(out["learn"]["own"][str(d["_index"])] for d in items)  # one skill per preference
+    assert out["learn"]["skills"] == len(items)
+    assert 0.0 <= out["learned"]["own_injected"] <= 1.0
+    assert "learned" in prefeval.table("t", out)
+
+
+def test_bench_prefeval_rejects_a_missing_file_clearly(capsys):
+    assert prefeval.main(["--data", "/nonexistent/prefeval.jsonl"]) == 2
+    assert "cannot read" in capsys.readouterr().out
+
+
+
+
+class WrongTargetLLM(OracleLLM):
+    """A judge that says "merge" into a skill number it was never shown."""
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "action" in set(schema.get("properties") or {}):
+            self.calls.append("judge")
+            return {"action": "merge", "target": 7, "reason": "same task"}
+        return super().structured(messages, schema, params, cancel)
+
+
+def test_a_judge_naming_a_skill_it_was_not_shown_never_drops_the_rule(tmp_path, embedder):
+    sc = PEOPLE["m-en-python"]
+    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(WrongTargetLLM(sc)))
+    try:
+        seed_bank(desk.bank, "default", sc)
+        desk.refresh()
+        actions = replay(desk, sc["messages"])
+        writes = [a for a in actions if a.kind in ("add", "merge")]
+        assert len(writes) == 1 and "not shown" in writes[0].reason
+        assert "f-string" in writes[0].skill.instructions.lower()
+    finally:
+        desk.close()
