@@ -15,6 +15,14 @@ if not CORPUS.is_dir():  # CI clones main next to shared/
 SESSIONS = CORPUS.parent / "autoskill-sessions-sample"  # AutoSkill web-UI session exports
 
 
+@pytest.fixture(scope="session")
+def embedder():
+    """The default embedder (multilingual USE), loaded once per test session."""
+    from engine.retrieval.embedders import make_embedder
+
+    return make_embedder(None)
+
+
 @pytest.fixture(autouse=True)
 def _private_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("home")

@@ -29,13 +29,6 @@ SKILLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def embedder():
-    from engine.retrieval.embedders import make_embedder
-
-    return make_embedder(None)
-
-
 def _desk(root: Path, embedder) -> SkillDesk:
     desk = SkillDesk.open(root, config=Settings(), create=True, embedder=embedder)
     for title, desc, rules in SKILLS:

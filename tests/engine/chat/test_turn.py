@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.learning_scenarios import load_scenarios, seed_bank, seed_skill
+from bench.learning_scenarios import load_scenarios, seed_bank
 from bench.oracle import OracleLLM
 from engine.chat.turn import needs_rewrite, rule_rewrite
 from engine.desk import SkillDesk
 from engine.learning import Pipeline
 from engine.llm.client import LLMClient
-from engine.llm.worker import ModelWorker
 from engine.settings import Settings
+from tests.support import A, DeskMaker, RecordingOracle, U
 
 SCENARIOS = {s["id"]: s for s in load_scenarios()}
 TLDR = {"name": "Summary with TL;DR first", "level": "functional",
@@ -24,55 +24,11 @@ TLDR = {"name": "Summary with TL;DR first", "level": "functional",
         "triggers": ["summarize this article", "give me a summary"], "tags": ["summary"]}
 
 
-def U(t):
-    return {"role": "user", "content": t}
-
-
-def A(t):
-    return {"role": "assistant", "content": t}
-
-
-class RecordingOracle(OracleLLM):
-    """The oracle, remembering the messages of every chat call."""
-
-    def __init__(self, *a, tier="capable", **kw):
-        super().__init__(*a, **kw)
-        self.tier = tier
-        self.sent: list[list[dict]] = []
-
-    def stream_chat(self, messages, params=None, cancel=None):
-        self.sent.append([dict(m) for m in messages])
-        return super().stream_chat(messages, params, cancel)
-
-
-@pytest.fixture(scope="module")
-def embedder():
-    from engine.retrieval.embedders import make_embedder
-
-    return make_embedder(None)
-
-
 @pytest.fixture
 def make_desk(tmp_path, embedder):
-    made = []
-
-    def make(llm, scenario=None, skills=()):
-        worker = ModelWorker(llm)
-        desk = SkillDesk.open(tmp_path / f"bank{len(made)}", config=Settings(), create=True,
-                              embedder=embedder)
-        desk.worker = worker
-        if scenario:
-            seed_bank(desk.bank, "default", scenario)
-        for d in skills:
-            desk.bank.create(seed_skill(d), "default")
-        desk.refresh()
-        made.append((desk, worker))
-        return desk
-
-    yield make
-    for desk, worker in made:
-        desk.close()
-        worker.close()
+    maker = DeskMaker(tmp_path, embedder)
+    yield lambda llm, scenario=None, skills=(): maker(llm, scenario, skills)
+    maker.close()
 
 
 # ------------------------------------------------------------------------------ rewrite

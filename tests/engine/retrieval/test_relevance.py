@@ -11,16 +11,15 @@ import numpy as np
 import pytest
 
 from bench.learning_scenarios import seed_skill
-from bench.oracle import OracleLLM
 from engine.chat.render import render, skill_rules, user_written
 from engine.chat.turn import depends_on_context, rule_rewrite
 from engine.desk import SkillDesk
 from engine.llm import tiers
-from engine.llm.worker import ModelWorker
 from engine.retrieval import DEFAULT_PARAMS, relevance
 from engine.retrieval.fusion import Candidates
 from engine.retrieval.lexical import LexicalIndex
 from engine.settings import RESOURCES, Settings
+from tests.support import A, DeskMaker, RecordingOracle, U
 
 STARTER = RESOURCES / "starter"  # the starter skills a new bank receives
 
@@ -54,53 +53,12 @@ DISTRACTORS = [
 ]
 
 
-def U(t):
-    return {"role": "user", "content": t}
-
-
-def A(t):
-    return {"role": "assistant", "content": t}
-
-
-class RecordingOracle(OracleLLM):
-    def __init__(self, *a, tier="tiny", **kw):
-        super().__init__(*a, **kw)
-        self.tier = tier
-        self.sent: list[list[dict]] = []
-
-    def stream_chat(self, messages, params=None, cancel=None):
-        self.sent.append([dict(m) for m in messages])
-        return super().stream_chat(messages, params, cancel)
-
-
-@pytest.fixture(scope="module")
-def embedder():
-    from engine.retrieval.embedders import make_embedder
-
-    return make_embedder(None)
-
-
 @pytest.fixture
 def make_desk(tmp_path, embedder):
-    made = []
-
-    def make(skills=(), llm=None, starter=False):
-        root = tmp_path / f"bank{len(made)}"
-        if starter:
-            shutil.copytree(STARTER, root / "Common" / "starter")
-        desk = SkillDesk.open(root, config=Settings(), create=True, embedder=embedder)
-        worker = ModelWorker(llm or RecordingOracle())
-        desk.worker = worker
-        for d in skills:
-            desk.bank.create(seed_skill(d), "default")
-        desk.refresh()
-        made.append((desk, worker))
-        return desk
-
-    yield make
-    for desk, worker in made:
-        desk.close()
-        worker.close()
+    maker = DeskMaker(tmp_path, embedder)
+    yield lambda skills=(), llm=None, starter=False: maker(
+        llm or RecordingOracle(tier="tiny"), skills=skills, starter=STARTER if starter else None)
+    maker.close()
 
 
 # ---------------------------------------------------------------------------- scoring
@@ -151,7 +109,7 @@ def test_budget_follows_the_context_and_the_tier_cap():
 
 # ---------------------------------------------------------------------------- nothing applies
 def test_greetings_thanks_and_facts_get_no_skill_on_the_starter_bank(make_desk):
-    llm = RecordingOracle(reply="Hello!")
+    llm = RecordingOracle(reply="Hello!", tier="tiny")
     desk = make_desk(llm=llm, starter=True)
     assert len(desk.index) == 4
     for q in ("hi", "Hello there!", "thanks!", "Thank you so much, that helped.", "你好",
@@ -181,7 +139,7 @@ def test_a_chinese_paraphrase_finds_its_skill(make_desk):
 def test_a_seventh_merged_rule_reaches_the_prompt(make_desk):
     six = dict(COVER, constraints=[f"Rule number {i}: keep paragraph {i} under 80 words"
                                    for i in range(1, 7)])
-    llm = RecordingOracle(reply="Dear hiring manager")
+    llm = RecordingOracle(reply="Dear hiring manager", tier="tiny")
     desk = make_desk([six], llm=llm)
     skill = desk.skills[0]
     body = skill.instructions.rstrip() + "\n- Always mention the company's mission\n"
@@ -228,7 +186,7 @@ def test_user_written_rules_come_from_hand_edits_in_the_history():
 
 # ---------------------------------------------------------------------------- follow-ups
 def test_a_follow_up_without_a_pronoun_is_rewritten_with_its_task(make_desk):
-    llm = RecordingOracle(reply="Dear hiring manager, ...")
+    llm = RecordingOracle(reply="Dear hiring manager, ...", tier="tiny")
     desk = make_desk([COVER, TCP], llm=llm)
     convo = [U("Write a cover letter for a junior data analyst role."), A("Dear ...")]
     r = desk.chat(convo + [U("Make the tone warmer and add a closing line")], learn=False)

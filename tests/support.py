@@ -1,0 +1,63 @@
+"""Helpers shared by the engine tests: message builders, a recording scripted model, desks on
+the scripted model (the real engine: real bank, index and worker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.learning_scenarios import seed_bank, seed_skill
+from bench.oracle import OracleLLM
+from engine.desk import SkillDesk
+from engine.llm.worker import ModelWorker
+from engine.settings import Settings
+
+
+def U(t: str) -> dict:
+    return {"role": "user", "content": t}
+
+
+def A(t: str) -> dict:
+    return {"role": "assistant", "content": t}
+
+
+class RecordingOracle(OracleLLM):
+    """The scripted model, remembering the messages of every chat call."""
+
+    def __init__(self, *a, tier: str = "capable", **kw):
+        super().__init__(*a, **kw)
+        self.tier = tier
+        self.sent: list[list[dict]] = []
+
+    def stream_chat(self, messages, params=None, cancel=None):
+        self.sent.append([dict(m) for m in messages])
+        return super().stream_chat(messages, params, cancel)
+
+
+class DeskMaker:
+    """``make(llm, scenario=None, skills=(), starter=None)``: a desk in a fresh folder on the
+    scripted ``llm``; ``close()`` closes every desk and worker it made."""
+
+    def __init__(self, root: Path, embedder):
+        self.root, self.embedder, self.made = root, embedder, []
+
+    def __call__(self, llm=None, scenario=None, skills=(), starter: Path | None = None):
+        import shutil
+
+        root = self.root / f"bank{len(self.made)}"
+        if starter is not None:
+            shutil.copytree(starter, root / "Common" / "starter")
+        worker = ModelWorker(llm or RecordingOracle())
+        desk = SkillDesk.open(root, config=Settings(), create=True, embedder=self.embedder)
+        desk.worker = worker
+        if scenario:
+            seed_bank(desk.bank, "default", scenario)
+        for d in skills:
+            desk.bank.create(seed_skill(d), "default")
+        desk.refresh()
+        self.made.append((desk, worker))
+        return desk
+
+    def close(self) -> None:
+        for desk, worker in self.made:
+            desk.close()
+            worker.close()
