@@ -59,18 +59,24 @@ def _files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
 
 
-def _load_json_values(path: Path, skipped: list[Skipped]) -> Iterator[tuple[str, Any]]:
-    """``(position, value)`` for a .json file (one value) or a .jsonl file (one per line)."""
+def _read_text(path: Path, skipped: list[Skipped]) -> str | None:
+    """The file as UTF-8 text, or None with the reason added to ``skipped``."""
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             skipped.append(Skipped(str(path), "file larger than 256 MB"))
-            return
-        text = path.read_bytes().decode("utf-8-sig")
+            return None
+        return path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError:
         skipped.append(Skipped(str(path), "not UTF-8 text"))
-        return
     except OSError as exc:
-        skipped.append(Skipped(str(path), f"cannot read: {exc.strerror}"))
+        skipped.append(Skipped(str(path), f"cannot read: {exc.strerror or exc}"))
+    return None
+
+
+def _load_json_values(path: Path, skipped: list[Skipped]) -> Iterator[tuple[str, Any]]:
+    """``(position, value)`` for a .json file (one value) or a .jsonl file (one per line)."""
+    text = _read_text(path, skipped)
+    if text is None:
         return
     if path.suffix.lower() == ".jsonl":
         for n, line in enumerate(text.splitlines(), 1):
@@ -341,16 +347,8 @@ def read_documents(path: str | os.PathLike) -> tuple[list[Item], list[Skipped]]:
     if not files:
         skipped.append(Skipped(str(path), "no .md or .txt files found"))
     for f in files:
-        try:
-            if f.stat().st_size > MAX_FILE_BYTES:
-                skipped.append(Skipped(str(f), "file larger than 256 MB"))
-                continue
-            text = f.read_bytes().decode("utf-8-sig")
-        except UnicodeDecodeError:
-            skipped.append(Skipped(str(f), "not UTF-8 text"))
-            continue
-        except OSError as exc:
-            skipped.append(Skipped(str(f), f"cannot read: {exc.strerror or exc}"))
+        text = _read_text(f, skipped)
+        if text is None:
             continue
         if "\x00" in text:
             skipped.append(Skipped(str(f), "binary file"))
