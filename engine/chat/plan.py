@@ -79,9 +79,33 @@ def complexity(text: str) -> dict[str, int]:
             "items": len(_ENUM.findall(text or "")), "zh": int(zh)}
 
 
+# "Summarize this: <pasted text>", "翻译成英文：<文本>": a short instruction, then the material it
+# works on. The material's clauses are not steps of the request.
+_HEAD = re.compile(r"^\s*([^:：\n]{1,80})[:：]\s*\S")
+MAX_HEAD_WORDS = 6
+
+
+def instruction(text: str) -> str:
+    """The request without the material it was pasted with: the head of "<instruction>:
+    <material>" when the head is short (at most MAX_HEAD_WORDS words or 2x as many CJK
+    characters) and the material is not itself the request (a step cue or a list: "Sales
+    report: load…, clean…, and then email…"), else the whole text."""
+    m = _HEAD.match(text or "")
+    if m is None:
+        return text or ""
+    head, rest = m.group(1), (text or "")[m.end(1) + 1:]
+    size = (sum(1 for c in head if "\u4e00" <= c <= "\u9fff") / 2 if language(head) == "zh"
+            else len(head.split()))
+    steps = complexity(rest)
+    if size > MAX_HEAD_WORDS or steps["cues"] >= 1 or steps["items"] >= 2:
+        return text
+    return head
+
+
 def is_complex(text: str) -> bool:
-    """True for a multi-step request (several actions chained), False for a short one."""
-    s = complexity(text)
+    """True for a multi-step request (several actions chained), False for a short one; judged
+    on the instruction, not on material pasted after it (see :func:`instruction`)."""
+    s = complexity(instruction(text))
     if s["size"] < (MIN_CHARS_ZH if s["zh"] else MIN_WORDS_EN):
         return False
     long = s["size"] >= (LONG_CHARS_ZH if s["zh"] else LONG_WORDS_EN)

@@ -193,3 +193,19 @@ def test_steps_unrelated_to_the_request_are_dropped():
     assert res.mode == "plan" and res.steps == ["Plot revenue as a chart"]
     res = plan_search(Desk(), MULTI_EN, lambda m, s: {"steps": copied[:1]}, cap=4)
     assert res.mode == "plain" and "no step about the request" in res.reason
+
+
+def test_material_pasted_after_an_instruction_is_not_a_plan():
+    from engine.chat.plan import instruction
+
+    pasted = ("Please summarize: Anna fixed the login bug, Ben is still testing the payment "
+              "page, and the release is planned for Thursday if tests pass.")
+    assert instruction(pasted) == "Please summarize" and not is_complex(pasted)
+    # the same clauses as the request itself are steps
+    assert is_complex("Anna should fix the login bug, Ben should test the payment page, and "
+                      "then we plan the release for Thursday if the tests pass.")
+    # a list of steps after a colon is the request, not material
+    steps = ("Do these steps: collect the sales figures, then merge them into one table, then "
+             "compute growth, and finally email the managers.")
+    assert instruction(steps) == steps and is_complex(steps)
+    assert is_complex("请帮我做：首先整理数据，然后生成图表，最后写一份总结报告发给经理。")
