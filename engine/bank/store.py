@@ -256,6 +256,11 @@ class SkillBank:
             actual = file_hash(path)
             if actual != expected_hash:
                 raise ConflictError(str(path), expected_hash, actual)
+            # a hand edit made while nothing watched (the app closed, the CLI, the debounce
+            # window) is kept as a version of its own before we replace it
+            current = self.read(path)
+            if not self.history.has_content(current.id, actual or ""):
+                self._record_user_edit(path, current)
             new = skill.copy(scope=scope, owner=owner, name=path.parent.name,
                              version=self.next_version(skill, bump) if bump else skill.version,
                              updated=now_iso(), source=source)
@@ -291,19 +296,24 @@ class SkillBank:
         skill = self.read(path)
         if skill.scope != "user" or self.history.has_content(skill.id, skill.content_hash or ""):
             return None
+        with self.locked(path.parent):
+            return self._record_user_edit(path, skill)
+
+    def _record_user_edit(self, path: Path, skill: Skill) -> Skill | None:
+        """Keep the file's bytes (``skill`` as read) in the history as the user's version;
+        None when the file changed since it was read. Caller holds the skill's lock."""
         version = _semver(skill.version)
         latest = self.history.latest(skill.id)
         if latest is not None:
             recorded = latest.version.split("+")[0]
             if parse_version(version) <= parse_version(recorded):
                 version = bump_version(recorded)
-        with self.locked(path.parent):
-            data = path.read_bytes()
-            if sha256_bytes(data) != skill.content_hash:
-                return None  # changed again; the next event records it
-            self.history.record(skill.id, version, data.decode("utf-8"),
-                                note={"source": "user-edit", "updated": now_iso(),
-                                      "content_hash": skill.content_hash or ""})
+        data = path.read_bytes()
+        if sha256_bytes(data) != skill.content_hash:
+            return None  # changed again; the next event records it
+        self.history.record(skill.id, version, data.decode("utf-8"),
+                            note={"source": "user-edit", "updated": now_iso(),
+                                  "content_hash": skill.content_hash or ""})
         return skill.copy(version=version, source="user-edit")
 
     def effective_version(self, skill: Skill) -> str:

@@ -150,7 +150,10 @@ def test_hand_edit_race_refuses_the_stale_write_and_keeps_the_edit(bank_dir):
     merged = bank.write(fresh.copy(instructions=fresh.instructions + "\n- Use a table.\n"),
                         expected_hash=fresh.content_hash)
     text = merged.path.read_text()
-    assert "Never use emoji" in text and "Use a table" in text and merged.version == "0.1.1"
+    # the hand edit (unwatched here) became 0.1.1 in the history; the merge is 0.1.2 on top
+    assert "Never use emoji" in text and "Use a table" in text and merged.version == "0.1.2"
+    assert "Use a table" not in bank.history.text(s.id, "0.1.1")
+    assert "Never use emoji" in bank.history.text(s.id, "0.1.1")
 
 
 def test_versions_history_diff_and_revert_survive_a_restart(bank_dir):
@@ -263,3 +266,20 @@ def test_shipped_starter_skills_are_valid(tmp_path):
     assert len(res.skills) >= 4 and res.errors == []
     for s in res.skills:
         assert spec_validate(s.path.parent) == [], s.path
+
+
+def test_a_hand_edit_nobody_watched_is_kept_before_our_next_write(tmp_path):
+    """The app was closed while the user edited the file: SkillDesk's next write (a merge, a
+    revert) first keeps the edit as a version of its own, so undo can return to it."""
+    bank = SkillBank(tmp_path / "bank")
+    s = bank.create(Skill(name="x", title="Report", description="Weekly reports.",
+                          instructions="# Goal\nShip it.\n\n# Constraints & Style\n- One page\n"))
+    edited = s.path.read_text("utf-8").replace("- One page", "- One page\n- Mine, by hand")
+    s.path.write_text(edited, "utf-8")  # no watcher, no record_hand_edit
+    current = bank.read(s.path)
+    merged = bank.write(current.copy(instructions=current.instructions + "\n- Learned rule"),
+                        expected_hash=current.content_hash)
+    texts = [bank.history.text(s.id, v.version) for v in bank.history.versions(s.id)]
+    assert any("Mine, by hand" in t and "Learned rule" not in t for t in texts)
+    assert bank.effective_version(current) != s.version  # the edit has a version of its own
+    assert "Learned rule" in merged.path.read_text("utf-8")
