@@ -150,6 +150,11 @@ def title_from(text: str, limit: int = 48) -> str:
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
+# sqlite3 errors about the situation, not the file: the file is never moved aside for them
+_NOT_DAMAGE = ("locked", "busy", "readonly", "read-only", "disk is full", "disk i/o",
+               "unable to open", "out of memory", "permission")
+
+
 class ConversationStore:
     """The chat history of one SKILLDESK_HOME (or of ``path``)."""
 
@@ -162,13 +167,17 @@ class ConversationStore:
             self._db = self._open()
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             # (sqlite3 raises UnicodeDecodeError when a damaged schema is in its own message)
-            if isinstance(exc, sqlite3.OperationalError) and any(
-                    w in str(exc).lower() for w in ("locked", "busy")):
-                # in use by another process for over 10 s: not damage; never move it aside
-                raise ChatHistoryError(f"the chat history {self.path} is in use by another "
-                                       "process (database is locked); try again") from None
+            text = str(exc).lower()
+            if isinstance(exc, sqlite3.OperationalError) and any(w in text for w in _NOT_DAMAGE):
+                # in use, read-only, full disk, I/O: the file may be fine; never move it aside
+                raise ChatHistoryError(f"the chat history {self.path} cannot be used now "
+                                       f"({' '.join(str(exc).split())[:80]})") from None
             kept = self._keep_aside()
-            self._db = self._open()
+            try:
+                self._db = self._open()
+            except (sqlite3.Error, OSError) as again:
+                raise ChatHistoryError(f"a new chat history cannot be started at {self.path} "
+                                       f"({' '.join(str(again).split())[:80]})") from None
             why = " ".join(str(exc).split())[:100]
             self.notice = (f"The chat history could not be read ({why}); it was kept "
                            f"as {kept.name} and a new, empty history was started.")

@@ -195,7 +195,7 @@ def test_a_locked_chat_history_is_not_mistaken_for_damage(tmp_path, monkeypatch)
     other.execute("BEGIN EXCLUSIVE")  # another process writing, for longer than the timeout
     monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: sqlite3.Connection(
         *a, **{**k, "timeout": 0.2}))
-    with pytest.raises(ChatHistoryError, match="in use by another process"):
+    with pytest.raises(ChatHistoryError, match="cannot be used now .*locked"):
         ConversationStore(path)
     other.execute("ROLLBACK")
     other.close()

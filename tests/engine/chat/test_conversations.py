@@ -128,3 +128,26 @@ def test_title_from():
     assert title_from("") == DEFAULT_TITLE
     assert title_from("\n\n# Heading here\nbody") == "Heading here"
     assert len(title_from("x" * 100)) == 48
+
+
+def test_a_read_only_or_full_history_is_never_moved_aside(tmp_path, monkeypatch):
+    """A healthy file SkillDesk cannot write now (read-only mount, full disk) is an error, not
+    damage: it stays where it is, byte for byte."""
+    import sqlite3
+
+    import pytest
+
+    from engine.chat.conversations import ConversationStore
+    from engine.errors import ChatHistoryError
+
+    path = tmp_path / "conversations.sqlite3"
+    ConversationStore(path)
+    before = path.read_bytes()
+    for why in ("attempt to write a readonly database", "database or disk is full"):
+        def refuse(self, why=why):
+            raise sqlite3.OperationalError(why)
+
+        monkeypatch.setattr(ConversationStore, "_open", refuse)
+        with pytest.raises(ChatHistoryError, match="cannot be used now"):
+            ConversationStore(path)
+    assert path.read_bytes() == before and not list(tmp_path.glob("*.damaged-*"))
