@@ -26,7 +26,7 @@ def load(name: str) -> ModuleType:
         if exc.name != module_name:
             raise  # the bench exists but one of its imports is missing: a real error
         raise NotFoundError(f"the '{name}' benchmark is not available in this build "
-                            f"(engine/bench/{name}.py is missing)") from None
+                            f"(bench/{name}.py is missing)") from None
     if not callable(getattr(module, "main", None)):
-        raise NotFoundError(f"engine/bench/{name}.py has no main(argv) function")
+        raise NotFoundError(f"bench/{name}.py has no main(argv) function")
     return module

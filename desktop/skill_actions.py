@@ -75,8 +75,8 @@ class SkillActions(QObject):
              checkable: bool = False) -> QAction:
         act = QAction(theme.icon(icon) if icon else theme.icon(""), text, menu)
         act.setCheckable(checkable)
-        if checkable:
-            act.toggled.connect(slot)
+        if checkable:  # triggered: the user's click only (setChecked() must not act)
+            act.triggered.connect(slot)
         else:
             act.triggered.connect(lambda _=False: slot())
         menu.addAction(act)

@@ -62,7 +62,9 @@ class SkillState:
             data = json.loads(self.path.read_text("utf-8"))
             if not isinstance(data, dict) or not isinstance(data.get("skills"), dict):
                 raise ValueError("not a state document")
-        except (OSError, ValueError):
+        except OSError:  # cannot read it now (permissions, I/O): keep what we had, move nothing
+            return self._data
+        except ValueError:
             with contextlib.suppress(OSError):
                 os.replace(self.path, self.path.with_suffix(".json.bad"))
             data = {"version": 1, "skills": {}}

@@ -366,13 +366,17 @@ class SkillBank:
     def restore(self, trashed: str | os.PathLike, user: str = "default") -> Skill:
         """Undo a delete: move a trashed folder back under ``Users/<user>/``."""
         src = ensure_inside(self.trash_dir, trashed)
-        skill = skillfile.read(src / "SKILL.md")
+        f = self.skill_file(src)
+        if f is None:
+            raise NotFoundError(f"{src} holds no SKILL.md")
+        skill = skillfile.read(f)
+        # the file's name may have been edited to anything: the folder gets a safe, free slug
+        name = slugify(skill.name or skill.title or src.name)
         parent = self.user_dir(user, create=True)
         with path_lock(parent):
-            slug = skill.name if not (parent / skill.name).exists() else self.unique_slug(
-                parent, skill.name)
-            os.rename(src, parent / slug)
-        return self.read(parent / slug / "SKILL.md")
+            slug = name if not (parent / name).exists() else self.unique_slug(parent, name)
+            os.rename(src, safe_join(parent, slug))
+        return self.read(parent / slug / f.name)
 
     def validate(self, path: str | os.PathLike) -> list[str]:
         """Problems with one SKILL.md as the Agent Skills spec sees them (empty = valid)."""

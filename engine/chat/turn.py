@@ -31,7 +31,7 @@ from typing import Any
 from engine import prompts
 from engine.bank.skill import Skill
 from engine.chat.render import InjectedSkill, render
-from engine.errors import Cancelled, StructuredOutputError
+from engine.errors import Cancelled, SkillDeskError
 from engine.learning import triage
 from engine.llm import tiers
 from engine.llm.base import CancelToken, GenParams, Usage
@@ -177,7 +177,7 @@ class Turn:
                 query = rule_rewrite(self.messages)
             else:
                 query = llm_rewrite(self.client, self.messages)
-        except (StructuredOutputError, Cancelled):
+        except (SkillDeskError, Cancelled):  # garbage JSON, a model error, a stop
             query = rule_rewrite(self.messages)  # a bad rewrite must not cost the answer
         timings["rewrite_s"] = time.perf_counter() - t0
         return query, True

@@ -18,8 +18,7 @@ from typing import Any, Protocol
 
 from engine.bank.store import SkillBank
 from engine.errors import SkillDeskError
-from engine.imports import readers as importers
-from engine.imports import trajectories
+from engine.imports import readers, trajectories
 from engine.imports.readers import Item, Ledger, Skipped
 from engine.learning.candidate import Candidate
 from engine.learning.checks import vet_candidate
@@ -57,11 +56,11 @@ class ImportSummary:
 
 def read_items(kind: str, path: str) -> tuple[list[Item], list[Skipped]]:
     if kind == "conversations":
-        return importers.read_conversations(path)
+        return readers.read_conversations(path)
     if kind == "documents":
-        return importers.read_documents(path)
+        return readers.read_documents(path)
     if kind == "trajectories":
-        return importers.read_trajectories(path)
+        return readers.read_trajectories(path)
     raise SkillDeskError(f"unknown import kind {kind!r}; use one of {', '.join(KINDS)}")
 
 

@@ -294,7 +294,9 @@ class Pipeline:
                 try:
                     out = self.llm.structured("merge", existing=ex.fields_text(),
                                               candidate=c.fields_text())
-                except StructuredOutputError as exc:
+                except Cancelled:
+                    raise
+                except SkillDeskError as exc:  # garbage JSON or a model error: this one only
                     return Action("discard", skill=existing, candidate=c, step="merge",
                                   reason=f"merge answer unusable: {clip(str(exc), 160)}")
                 merged = Candidate.from_json({**out, "name": ex.name, "level": ex.level})

@@ -127,12 +127,12 @@ class LearningQueue:
         job = _Job(f"j{next(self._ids)}-{int(time.time() * 1000) % 10**8}",
                    [dict(m) for m in messages], mode, turn_id)
         if self._closed:
-            raise SkillDeskError("the evolution queue is closed")
+            raise SkillDeskError("the learning queue is closed")
         # "queued" is announced before the thread can see the job (so it precedes "running")
         self._emit(LearningEvent(self._event_id(), "queued", turn_id=turn_id, job_id=job.id))
         with self._cond:
             if self._closed:
-                raise SkillDeskError("the evolution queue is closed")
+                raise SkillDeskError("the learning queue is closed")
             self._jobs.append(job)
             self._by_id[job.id] = job
             self._kick()
@@ -148,9 +148,9 @@ class LearningQueue:
     def result(self, job_id: str, timeout: float | None = None) -> LearningReport:
         job = self._by_id.get(job_id)
         if job is None:
-            raise NotFoundError(f"no evolution job {job_id}")
+            raise NotFoundError(f"no learning job {job_id}")
         if not job.done.wait(timeout):
-            raise TimeoutError(f"evolution job {job_id} not finished after {timeout} s")
+            raise TimeoutError(f"learning job {job_id} not finished after {timeout} s")
         return job.report or LearningReport(job_id=job_id)
 
     # ------------------------------------------------------------------------ state
@@ -219,7 +219,7 @@ class LearningQueue:
             while self._draining:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    log.warning("evolution: a job still running %.0f s after close", timeout)
+                    log.warning("learning: a job still running %.0f s after close", timeout)
                     return
                 self._cond.wait(left)
 
@@ -228,7 +228,7 @@ class LearningQueue:
         """Undo one add (the skill goes to the trash) or merge (the previous version returns)."""
         ev = next((e for e in self.events if e.id == event_id), None)
         if ev is None:
-            raise NotFoundError(f"no evolution event {event_id}")
+            raise NotFoundError(f"no learning event {event_id}")
         if ev.kind not in ("add", "merge") or not ev.path:
             raise SkillDeskError(f"a {ev.kind} event cannot be undone")
         if ev.undone:
@@ -259,7 +259,7 @@ class LearningQueue:
             while self._paused and not self._closed:
                 self._cond.wait()
             if self._closed:
-                raise Cancelled("evolution stopped")
+                raise Cancelled("learning stopped")
 
     def _kick(self) -> None:
         """Hand a drain to the executor if jobs wait and none runs (``_cond`` held)."""
@@ -311,7 +311,7 @@ class LearningQueue:
         except Cancelled:
             report.actions.append(Action("error", reason="stopped", step="queue"))
         except Exception as exc:  # never let one bad job kill learning
-            log.exception("evolution job %s failed", job.id)
+            log.exception("learning job %s failed", job.id)
             report.actions.append(Action("error", reason=f"{type(exc).__name__}: {exc}",
                                          step="queue"))
         report.seconds = time.perf_counter() - t0
@@ -352,12 +352,12 @@ class LearningQueue:
                 with open(self._log_path, "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(ev.to_dict(), ensure_ascii=False) + "\n")
             except OSError as exc:
-                log.warning("evolution: cannot append to %s: %s", self._log_path, exc)
+                log.warning("learning: cannot append to %s: %s", self._log_path, exc)
         for fn in subscribers:
             try:
                 fn(ev)
             except Exception:  # a broken subscriber must not stop learning
-                log.exception("evolution subscriber failed")
+                log.exception("learning subscriber failed")
 
     def _load_log(self) -> list[LearningEvent]:
         if self._log_path is None or not self._log_path.is_file():

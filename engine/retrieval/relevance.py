@@ -20,7 +20,7 @@ what in ``relevance.json`` beside this file:
 - the *decision* says whether a candidate applies at all: a logistic regression, related
   (the request's own skill) against the best candidates of off-topic requests, classes
   balanced, so 0.5 is its boundary. A skill is injected when P(related) reaches η (settings
-  ``retrieval.threshold``).
+  ``retrieval.min_relevance``).
 
 Measured on the tune halves (bench/_retrieval_fit.py's docstring has the numbers): ranking by
 P(related) itself lost 3 points of held-out-trigger R@1 against the fused score, the ranker

@@ -247,7 +247,7 @@ def test_bench_missing_module_is_a_clear_error(monkeypatch, capsys):
     import bench
     from cli.main import main
     monkeypatch.setattr(bench, "BENCHES", [*bench.BENCHES, "imaginary"])
-    with pytest.raises(NotFoundError, match="engine/bench/imaginary.py is missing"):
+    with pytest.raises(NotFoundError, match="bench/imaginary.py is missing"):
         bench.load("imaginary")
     monkeypatch.setattr("cli.cmd_bench.BENCHES", bench.BENCHES)
     assert main(["bench", "imaginary"]) == 1
