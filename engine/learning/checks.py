@@ -183,6 +183,9 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
             dropped.append(rule)
     c.constraints = dedupe(kept)
     c.workflow = [s for s in dedupe(c.workflow) if coverage(s, user_toks) >= GROUNDING / 2]
+    # an example is the user's own (copied), never one the model made up
+    c.examples = [e for e in dedupe(c.examples) if coverage(e, user_toks) >= 0.8
+                  and not _copied_from_assistant(e, user_toks, assistant_text)][:2]
     if not c.constraints:
         why = "no rule grounded in the user's messages" if dropped else "no rules"
         return f"{why} (dropped: {clip('; '.join(dropped), 120)})" if dropped else why

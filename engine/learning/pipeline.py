@@ -109,6 +109,19 @@ class Pipeline:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:
                     vetted.append(c)
+            if len(vetted) == 1 and self.policy["extract"] == "llm+rule" and not any(
+                    c.startswith("model:") for c in w.cues):
+                # the user said the rule with a cue word: none of their own rule sentences is
+                # lost because a small model moved it elsewhere (Qwen-1.5B once put "start
+                # every summary with a TL;DR" into an example and kept only the bullet limit)
+                said = w if mode == "conversation" else triage.Window(
+                    turns=w.turns[-1:], cues=w.cues)  # a chat turn: only its own sentences
+                for r in rule_extract(said):
+                    for rule in r.constraints:
+                        if max((jaccard(rule, x) for x in vetted[0].constraints),
+                               default=0.0) < 0.4 and coverage(
+                                rule, "\n".join(vetted[0].constraints)) < 0.6:
+                            vetted[0].constraints.append(rule)
             if not vetted and self.policy["extract"] == "llm+rule":
                 # the model found no usable rule; the user's own rule sentences may still
                 # hold what it missed (never anything the user did not say)

@@ -350,3 +350,29 @@ def test_a_judge_naming_a_skill_it_was_not_shown_never_drops_the_rule(tmp_path, 
         assert "f-string" in writes[0].skill.instructions.lower()
     finally:
         desk.close()
+
+
+class ForgetfulExtract(OracleLLM):
+    """Keeps one of the user's two rules and moves the other into a made-up example (what
+    Qwen-1.5B did with "start every summary with a TL;DR, then at most three bullets")."""
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "skills" in set(schema.get("properties") or {}):
+            self.calls.append("extract")
+            return {"skills": [{"name": "Summary format", "description": "Summaries.",
+                                "constraints": ["No more than three bullet points"],
+                                "goal": "", "workflow": [], "triggers": ["write a summary"],
+                                "tags": [], "examples": ["TL;DR: key points. - one - two"],
+                                "level": "functional", "confidence": 0.9}]}
+        return super().structured(messages, schema, params, cancel)
+
+
+def test_a_cue_word_rule_is_never_lost_and_examples_are_the_users_own(tmp_path):
+    said = [U("From now on, always start every summary you write for me with a one-line "
+              "TL;DR, then give at most three bullet points."), A("OK.")]
+    bank = SkillBank(tmp_path / "bank")
+    actions = Pipeline(bank, "default", LLMClient(ForgetfulExtract())).run(said, "turn")
+    [add] = [a for a in actions if a.kind == "add"]
+    body = add.skill.instructions.lower()
+    assert "tl;dr" in body and "three bullet" in body
+    assert add.skill.examples == []  # the model's invented example is not the user's
