@@ -147,7 +147,39 @@ class SkillDesk(SkillManagement):
         hits = self.index.search(query or "", k + extra if k is not None and extra else k,
                                  scope=scope or self.config.retrieval.scope,
                                  threshold=threshold)
-        return self._filter_hits(query or "", list(hits), k) if extra else hits
+        hits = self._filter_hits(query or "", list(hits), k) if extra else list(hits)
+        return self._own_version(hits)
+
+    def _own_version(self, hits: list[SkillHit]) -> list[SkillHit]:
+        """A shared (Common) skill stands aside for the user's own skill on the same task: the
+        user's rules override the shipped default (a learned "start summaries with 'In
+        short:'" over the starter TL;DR skill). "Same task" is the relevance decision itself,
+        each skill's title and description as the request, both ways: the user's skill is the
+        shared one's best related user skill and the shared one is its best related shared
+        skill (P(related) ≥ η; mutual, so no new threshold). The user's skill inherits the
+        shared skill's score for this request (when it is served already, the shared one is simply left out). Disabled skills
+        never step in."""
+        if not any(h.skill.scope == "common" for h in hits):
+            return hits
+        served = {h.skill.id for h in hits}
+        disabled = self.state.ids_where("disabled")
+        out: list[SkillHit] = []
+        for h in hits:
+            if h.skill.scope == "common":
+                mine = [u for u in self._same_task(h.skill, "user")
+                        if u.skill.id not in disabled
+                        and [c.skill.id for c in self._same_task(u.skill, "common")]
+                        == [h.skill.id]]
+                if mine and mine[0].skill.id in served:
+                    continue  # the user's own version is served already
+                if mine:
+                    served.add(mine[0].skill.id)
+                    h = SkillHit(mine[0].skill, h.score, mine[0].dense, mine[0].lexical)
+            out.append(h)
+        return out
+
+    def _same_task(self, skill: Skill, scope: str) -> list[SkillHit]:
+        return list(self.index.search(f"{skill.title}. {skill.description}", 1, scope=scope))
 
     def render_context(self, query: str, *, hits: list[SkillHit] | None = None,
                        budget: int = DEFAULT_SKILL_CHARS) -> str:

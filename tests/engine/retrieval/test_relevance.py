@@ -228,3 +228,24 @@ def test_the_recommended_model_answers_a_geography_question_without_a_starter_sk
         assert hits and hits[0].skill.name == "tldr-summaries"
     finally:
         desk.close()
+
+
+def test_the_users_own_skill_stands_in_for_the_shared_one_on_the_same_task(make_desk):
+    mine = {"name": "Summary format", "level": "functional",
+            "description": "How the user wants summaries to be written.",
+            "constraints": ['Start every summary with a line that begins with "In short:"'],
+            "triggers": ["summarize this"], "tags": ["writing"]}
+    other = {"name": "Packing list", "level": "functional",
+             "description": "How the user wants travel packing lists.",
+             "constraints": ["Group items by bag"], "triggers": ["make a packing list"]}
+    desk = make_desk(skills=[mine, other], starter=True)
+    hits = desk.search("Please summarize: the office is closed on Monday for maintenance.")
+    titles = [h.skill.title for h in hits]
+    assert "Summary format" in titles and "TL;DR first summaries" not in titles
+    # a shared skill with no user skill on its task is served as it is
+    commit = [h.skill.title for h in desk.search("Write a commit message for my bug fix")]
+    assert commit and commit[0] == "Conventional commit messages"
+    # a disabled skill of the user's never steps in
+    desk.disable(desk.find("Summary format"))
+    titles = [h.skill.title for h in desk.search("Please summarize: the office is closed.")]
+    assert "Summary format" not in titles and "TL;DR first summaries" in titles
