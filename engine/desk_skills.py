@@ -18,7 +18,9 @@ requests similar to the one it did not fit (cosine of the bundled sentence embed
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -80,6 +82,10 @@ class Review:
     clusters: list[Any]  # engine.consolidate.Cluster: near-duplicates that could merge
     flags: list[Any]  # engine.consolidate.Flag: junk by the consolidation filter
     plan: Any = None  # the consolidation plan the clusters came from (for merge)
+
+
+_TRASHED = re.compile(r"^(\d{4}-\d\d-\d\dT\d{6}Z)-(.+)$")  # <stamp>-<slug>
+_TRASHED_OLD = re.compile(r"^\d{4}-\d\d-\d\dT\d{6}Z-")
 
 
 @dataclass(frozen=True)
@@ -326,14 +332,20 @@ class SkillManagement:
     def trash(self) -> list[TrashEntry]:
         """This user's deleted skills, newest first (``restore(entry.path)`` brings one back)."""
         out = []
-        try:
-            entries = list(os.scandir(self.bank.trash_dir))
-        except FileNotFoundError:
-            return []
-        for e in entries:
-            stamp, sep, rest = e.name.partition(f"-{self.user}-")
-            if not sep or not e.is_dir():
+        entries: list[tuple[os.DirEntry, str]] = []
+        with contextlib.suppress(OSError):  # entries of older versions: <stamp>-<owner>-<slug>
+            prefix = f"-{self.user}-"
+            entries += [(e, e.name[:18] + "-" + e.name[18 + len(prefix):]) for e in os.scandir(
+                self.bank.trash_dir) if _TRASHED_OLD.match(e.name)
+                and e.name[18:].startswith(prefix)]
+        mine = self.bank.trash_dir / self.user
+        with contextlib.suppress(OSError):
+            entries += [(e, e.name) for e in os.scandir(mine)]  # <stamp>-<slug>
+        for e, name in entries:
+            m = _TRASHED.match(name)
+            if m is None or not e.is_dir():
                 continue
+            stamp, rest = m.group(1), m.group(2)
             title = rest
             f = self.bank.skill_file(Path(e.path))
             if f is not None:
@@ -343,10 +355,9 @@ class SkillManagement:
                     title = skillfile.read(f).display_name
                 except SkillDeskError:
                     pass
-            deleted = stamp[:13] + ":" + stamp[13:15] + ":" + stamp[15:] if len(stamp) >= 17 \
-                else stamp
+            deleted = stamp[:13] + ":" + stamp[13:15] + ":" + stamp[15:]
             out.append(TrashEntry(Path(e.path), rest, title, deleted))
-        return sorted(out, key=lambda t: t.path.name, reverse=True)
+        return sorted(out, key=lambda t: t.deleted, reverse=True)
 
     def find_trashed(self, ref: str) -> TrashEntry:
         """A trashed skill by its folder in .trash/, its old name or its title (newest)."""

@@ -354,8 +354,11 @@ class SkillBank:
         if scope == "common":
             raise ReadOnlyError(f"{d} is a shared (Common) skill")
         with self.locked(d):
-            self.trash_dir.mkdir(exist_ok=True)
-            target = self.trash_dir / f"{now_iso().replace(':', '')}-{owner}-{d.name}"
+            # one folder per owner: a user's trash is never mixed up with another's (an owner
+            # inside the entry's name was ambiguous: "a" and "a-b" share the prefix "a-")
+            where = safe_join(self.trash_dir, owner)
+            where.mkdir(parents=True, exist_ok=True)
+            target = where / f"{now_iso().replace(':', '')}-{d.name}"
             n = 2
             while target.exists():
                 target = target.with_name(f"{target.name}-{n}")

@@ -356,3 +356,21 @@ def test_chat_hits_name_a_hand_edits_recorded_version(tmp_path, embedder):
             ("SQL query tuning", "0.1.1")]
     finally:
         desk.close()
+
+
+def test_a_users_trash_is_never_another_users(tmp_path, embedder):
+    """Users "a" and "a-b" share the prefix "a-": each sees and restores only their own."""
+    (tmp_path / "bank").mkdir()
+    ab = SkillDesk.open(tmp_path / "bank", user="a-b", config=Settings(), embedder=embedder)
+    da = SkillDesk.open(tmp_path / "bank", user="a", config=Settings(), embedder=embedder)
+    try:
+        s = ab.create(Skill(name="b-notes", title="B notes", description="Notes of a-b.",
+                            instructions="# Goal\nNotes.\n"))
+        ab.delete(s)
+        assert [t.title for t in ab.trash()] == ["B notes"]
+        assert da.trash() == []
+        back = ab.restore(ab.trash()[0].path)
+        assert back.owner == "a-b" and back.path.is_file()
+    finally:
+        da.close()
+        ab.close()

@@ -123,14 +123,14 @@ def test_apply_then_undo_restores_every_byte(dup_bank):
         assert rule in text
     assert {"write my weekly report", "weekly status"} <= set(keeper.triggers)
     assert len(keeper.extra_metadata["consolidated_from"]) == 2
-    assert len(list(dup_bank.trash_dir.iterdir())) == 2
+    assert len(list(dup_bank.trash_dir.rglob("SKILL.md"))) == 2
     for c in rec.clusters:  # every original is in the history
         for t in [c["keeper"], *c["trashed"]]:
             assert dup_bank.history.versions(t["id"])
     undone = undo(dup_bank)
     assert undone.status == "undone" and undone.id == rec.id
     assert _snapshot(dup_bank) == before
-    assert not list(dup_bank.trash_dir.iterdir())
+    assert not list(dup_bank.trash_dir.rglob("SKILL.md"))
     with pytest.raises(NotFoundError):
         undo(dup_bank)  # nothing left to undo
 
