@@ -24,7 +24,7 @@ from engine.bank import skillfile
 from engine.bank.skill import Skill, new_id
 from engine.bank.store import RESOURCE_DIRS, SKILL_FILES, SkillBank
 from engine.errors import SkillDeskError, SkillFormatError, UnsafePathError
-from engine.fsutil import atomic_write, check_component, is_temp_name
+from engine.fsutil import atomic_write, check_component, is_temp_name, slugify
 
 MAX_ZIP_BYTES = 512 * 1024 * 1024
 MAX_ZIP_MEMBERS = 200_000
@@ -177,6 +177,9 @@ def export_skills(skills: list[Skill], dest: str | os.PathLike, *,
 
 
 def _unique(name: str, used: set[str]) -> str:
+    """A free folder name for a skill: its (slugified: a hand-edited ``name: ../x`` never
+    leaves the destination) name, numbered when taken; never an existing folder."""
+    name = slugify(name)
     folder, n = name, 2
     while folder in used:
         folder = f"{name}-{n}"

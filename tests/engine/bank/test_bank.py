@@ -283,3 +283,19 @@ def test_a_hand_edit_nobody_watched_is_kept_before_our_next_write(tmp_path):
     assert any("Mine, by hand" in t and "Learned rule" not in t for t in texts)
     assert bank.effective_version(current) != s.version  # the edit has a version of its own
     assert "Learned rule" in merged.path.read_text("utf-8")
+
+
+def test_export_never_leaves_the_destination_nor_overwrites(tmp_path):
+    from engine.bank.transfer import export_skills
+
+    bank = SkillBank(tmp_path / "bank")
+    s = bank.create(make("report"))
+    text = s.path.read_text("utf-8").replace("name: report", "name: ../escaped")
+    s.path.write_text(text, "utf-8")  # a hand edit of the name
+    dest = tmp_path / "out"
+    (dest / "escaped").mkdir(parents=True)
+    (dest / "escaped" / "SKILL.md").write_text("mine", "utf-8")
+    export_skills([bank.read(s.path)], dest)
+    assert not (tmp_path / "escaped").exists()  # nothing outside the destination
+    assert (dest / "escaped" / "SKILL.md").read_text("utf-8") == "mine"  # not overwritten
+    assert (dest / "escaped-2" / "SKILL.md").is_file()
