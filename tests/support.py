@@ -61,3 +61,21 @@ class DeskMaker:
         for desk, worker in self.made:
             desk.close()
             worker.close()
+
+
+def open_desk(root: Path, embedder, worker) -> SkillDesk:
+    """A desk in ``root`` (created) on ``worker``."""
+    desk = SkillDesk.open(root, config=Settings(), create=True, embedder=embedder)
+    desk.worker = worker
+    return desk
+
+
+def replay(desk: SkillDesk, messages: list[dict]) -> list:
+    """The app's path: one learning job after each assistant reply (or the last user turn)."""
+    actions = []
+    for k, m in enumerate(messages):
+        if m["role"] == "user":
+            end = k + 2 if k + 1 < len(messages) and messages[k + 1]["role"] == "assistant" \
+                else k + 1
+            actions += desk.learning.run(messages[:end], mode="turn").actions
+    return actions

@@ -4,7 +4,6 @@ scenario through the real queue, pipeline, bank and hybrid retrieval with the sc
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +11,6 @@ from bench.learning_scenarios import load_scenarios, score, seed_bank
 from bench.oracle import OracleLLM
 from engine import prompts
 from engine.bank.store import SkillBank
-from engine.desk import SkillDesk
 from engine.errors import StructuredOutputError
 from engine.learning import Pipeline
 from engine.learning import triage as gate
@@ -23,41 +21,11 @@ from engine.learning.rules import is_rule_sentence, rule_extract
 from engine.llm.client import LLMClient
 from engine.llm.structured import check_schema, parse_and_validate
 from engine.llm.worker import ModelWorker
-from engine.settings import Settings
+from tests.support import A, U, open_desk, replay
 
 SCENARIOS = load_scenarios()
 
 
-def U(t):
-    return {"role": "user", "content": t}
-
-
-def A(t):
-    return {"role": "assistant", "content": t}
-
-
-@pytest.fixture(scope="module")
-def embedder():
-    from engine.retrieval.embedders import make_embedder
-
-    return make_embedder(None)
-
-
-def open_desk(root: Path, embedder, worker) -> SkillDesk:
-    desk = SkillDesk.open(root, config=Settings(), create=True, embedder=embedder)
-    desk.worker = worker
-    return desk
-
-
-def replay(desk: SkillDesk, messages: list[dict]) -> list:
-    """The app's path: one evolution job after each assistant reply (or the last user turn)."""
-    actions = []
-    for k, m in enumerate(messages):
-        if m["role"] == "user":
-            end = k + 2 if k + 1 < len(messages) and messages[k + 1]["role"] == "assistant" \
-                else k + 1
-            actions += desk.learning.run(messages[:end], mode="turn").actions
-    return actions
 
 
 # ------------------------------------------------------------------------------ prompts

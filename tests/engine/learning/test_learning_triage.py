@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +14,6 @@ from bench.learning_scenarios import load_scenarios, score, seed_bank
 from bench.oracle import OracleLLM
 from engine import prompts
 from engine.bank.store import SkillBank
-from engine.desk import SkillDesk
 from engine.errors import StructuredOutputError
 from engine.learning import Pipeline
 from engine.learning import triage as gate
@@ -25,40 +23,11 @@ from engine.learning.rules import rule_extract, short_name
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
-from engine.settings import Settings
+from tests.support import A, U, open_desk, replay
 
 PEOPLE = {s["id"]: s for s in load_scenarios("people")}
 
 
-def U(t):
-    return {"role": "user", "content": t}
-
-
-def A(t):
-    return {"role": "assistant", "content": t}
-
-
-@pytest.fixture(scope="module")
-def embedder():
-    from engine.retrieval.embedders import make_embedder
-
-    return make_embedder(None)
-
-
-def open_desk(root: Path, embedder, worker) -> SkillDesk:
-    desk = SkillDesk.open(root, config=Settings(), create=True, embedder=embedder)
-    desk.worker = worker
-    return desk
-
-
-def replay(desk: SkillDesk, messages: list[dict]) -> list:
-    actions = []
-    for k, m in enumerate(messages):
-        if m["role"] == "user":
-            end = k + 2 if k + 1 < len(messages) and messages[k + 1]["role"] == "assistant" \
-                else k + 1
-            actions += desk.learning.run(messages[:end], mode="turn").actions
-    return actions
 
 
 # ------------------------------------------------------------------------------ the set
