@@ -16,6 +16,17 @@ import time
 from pathlib import Path
 
 
+def spin(app, until, timeout: float) -> bool:
+    """Run the Qt event loop until ``until()`` holds (True) or ``timeout`` seconds pass (False)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        app.processEvents()
+        if until():
+            return True
+        time.sleep(0.02)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", help="PNG file to write")
@@ -49,24 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     w.resize(1440, 860)
     w.show()
 
-    def spin(until, timeout: float) -> bool:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            app.processEvents()
-            if until():
-                return True
-            time.sleep(0.02)
-        return False
-
     ready = {"ok": False}
     w.session.engine_ready.connect(lambda _d: ready.update(ok=True))
-    if not spin(lambda: ready["ok"], args.timeout):
+    if not spin(app, lambda: ready["ok"], args.timeout):
         print("the engine did not open in time", file=sys.stderr)
         return 1
     w.chat.input.setPlainText(args.message)
     w.chat.send_btn.click()
-    spin(lambda: w.controller.busy, 5)
-    if not spin(lambda: not w.controller.busy, args.timeout):
+    spin(app, lambda: w.controller.busy, 5)
+    if not spin(app, lambda: not w.controller.busy, args.timeout):
         print("no answer in time", file=sys.stderr)
         return 1
     bubble = w.chat.bubbles[-1]
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             if any("\u4e00" <= ch <= "\u9fff" for ch in item.text(0)):
                 w.tree.select_path(item.data(0, 0x0100))
                 break
-    spin(lambda: False, 1.0)
+    spin(app, lambda: False, 1.0)
     w.grab().save(args.out)
     print(f"saved {args.out}: answer {len(bubble.text)} chars, skills used: "
           f"{[s.get('title') or s.get('name') for s in used]}, model: {bubble.meta.get('model')}")

@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.settings import Settings
 
     from .app import create_window, ensure_app
+    from .screenshot import spin
 
     bank = work / "bank"
     _make_bank(bank)
@@ -82,34 +83,25 @@ def main(argv: list[str] | None = None) -> int:
     w.move(0, 0)
     w.show()
 
-    def spin(until, timeout: float) -> bool:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            app.processEvents()
-            if until():
-                return True
-            time.sleep(0.02)
-        return False
-
-    if not spin(lambda: w.session.desk is not None and len(w.tree.items()) == len(SKILLS), 180):
+    if not spin(app, lambda: w.session.desk is not None and len(w.tree.items()) == len(SKILLS), 180):
         print("the engine did not open")
         return 1
     panel = w.open_review()
-    spin(lambda: panel.review is not None, 120)
-    spin(lambda: False, 0.5)
+    spin(app, lambda: panel.review is not None, 120)
+    spin(app, lambda: False, 0.5)
     w.review_dialog.grab().save(args.review_png)
     w.review_dialog.close()
     target = next(i for i in w.tree.items() if i.text(0) == "SQL query tuning")
     w.tree.select_path(target.data(0, 256))
-    spin(lambda: w.detail.skill is not None, 10)
-    spin(lambda: False, 0.3)
+    spin(app, lambda: w.detail.skill is not None, 10)
+    spin(app, lambda: False, 0.3)
     w.tree.tree.expandAll()  # show the disabled and the always-on skills too
-    spin(lambda: False, 0.3)
+    spin(app, lambda: False, 0.3)
     rect = w.tree.tree.visualItemRect(target)
     w.tree.tree.customContextMenuRequested.emit(rect.topLeft() + rect.center() * 0 +
                                                 type(rect.center())(90, rect.height() // 2))
-    spin(lambda: w.context_menu.isVisible(), 5)
-    spin(lambda: False, 0.5)
+    spin(app, lambda: w.context_menu.isVisible(), 5)
+    spin(app, lambda: False, 0.5)
     screen = QGuiApplication.primaryScreen()
     shot = screen.grabWindow(0)
     geo = w.frameGeometry().united(w.context_menu.frameGeometry())  # the menu may stick out

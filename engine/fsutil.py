@@ -163,3 +163,21 @@ def path_lock(path: str | os.PathLike) -> Iterator[None]:
         lock = _locks.setdefault(key, threading.RLock())
     with lock:
         yield
+
+
+@contextlib.contextmanager
+def file_lock(lock_file: str | os.PathLike) -> Iterator[None]:
+    """Exclusive lock across threads *and* processes, held on ``lock_file`` (created if missing).
+
+    The in-process part (:func:`path_lock` on the lock file) makes it re-entrant for one thread;
+    ``flock`` keeps a second process (the CLI beside the app) out. The one place both are taken:
+    skill folders, the per-user state sidecar and the dense index files all lock through here.
+    """
+    import fcntl  # POSIX only; imported here so importing fsutil never needs it
+
+    with path_lock(lock_file), open(lock_file, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

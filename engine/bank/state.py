@@ -23,7 +23,6 @@ as ``<user>.json.bad`` rather than overwritten.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import threading
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.bank.skill import now_iso
-from engine.fsutil import atomic_write, check_component
+from engine.fsutil import atomic_write, check_component, file_lock
 
 STATE_DIR = ".skilldesk"
 MAX_FEEDBACK = 20  # per skill: the newest "didn't fit" requests kept for the similarity check
@@ -101,17 +100,13 @@ class SkillState:
         """Read-modify-write under both locks; the document is saved when the block ends."""
         with self._lock:
             self.dir.mkdir(parents=True, exist_ok=True)
-            with open(self.dir / f"{self.path.name}.lock", "a") as fh:
-                fcntl.flock(fh, fcntl.LOCK_EX)
-                try:
-                    self._stamp = None  # another process may have written: read it afresh
-                    data = self._load()
-                    yield data
-                    atomic_write(self.path, json.dumps(data, ensure_ascii=False, indent=1))
-                    st = self.path.stat()
-                    self._stamp = (st.st_mtime, st.st_size)
-                finally:
-                    fcntl.flock(fh, fcntl.LOCK_UN)
+            with file_lock(self.dir / f"{self.path.name}.lock"):
+                self._stamp = None  # another process may have written: read it afresh
+                data = self._load()
+                yield data
+                atomic_write(self.path, json.dumps(data, ensure_ascii=False, indent=1))
+                st = self.path.stat()
+                self._stamp = (st.st_mtime, st.st_size)
 
     def update(self, skill_id: str, fn: Callable[[dict[str, Any]], object],
                key: str = "") -> dict[str, Any]:

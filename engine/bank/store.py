@@ -17,7 +17,6 @@ every version is kept in the history before it becomes current.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 from collections.abc import Iterable, Iterator
@@ -40,6 +39,7 @@ from engine.fsutil import (
     check_component,
     ensure_inside,
     file_hash,
+    file_lock,
     path_lock,
     safe_join,
     sha256_bytes,
@@ -206,12 +206,8 @@ class SkillBank:
         lock_dir = self.root / ".locks"
         lock_dir.mkdir(exist_ok=True)
         lock_name = sha256_bytes(str(d).encode())[:32] + ".lock"
-        with path_lock(d), open(lock_dir / lock_name, "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with path_lock(d), file_lock(lock_dir / lock_name):
+            yield
 
     def unique_slug(self, parent: Path, name: str) -> str:
         base = slugify(name)

@@ -21,7 +21,6 @@ load and init.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -35,7 +34,7 @@ import hnswlib
 import numpy as np
 
 from engine.compute import cpu_slot
-from engine.fsutil import atomic_write, fsync_dir
+from engine.fsutil import atomic_write, file_lock, fsync_dir
 from engine.retrieval.embedders import Embedder
 
 FORMAT = 1
@@ -103,12 +102,8 @@ class DenseIndex:
     @contextlib.contextmanager
     def _file_lock(self) -> Iterator[None]:
         self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self._file(".lock"), "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with file_lock(self._file(".lock")):
+            yield
 
     def _new_index(self, capacity: int) -> hnswlib.Index:
         idx = hnswlib.Index(space="cosine", dim=self.embedder.dim)
