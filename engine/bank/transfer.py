@@ -19,6 +19,7 @@ import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from engine.bank import skillfile
 from engine.bank.skill import Skill, new_id
@@ -146,7 +147,9 @@ def export_skills(skills: list[Skill], dest: str | os.PathLike, *,
     """Write ``skills`` as spec folders into ``dest`` (a folder, or a path ending in .zip).
 
     An existing destination folder is added to, never overwritten: a skill whose folder already
-    exists there is written as ``<name>-2`` and so on.
+    exists there is written as ``<name>-2`` and so on. In the spec layout a skill that keeps
+    its folder name is written as the user's own bytes (comments, key order and wording of a
+    hand edit survive an export or a move out); a renamed one is rendered with its new name.
     """
     dest = Path(dest).expanduser()
     render = skillfile.render_autoskill if layout == "autoskill" else skillfile.render
@@ -159,7 +162,7 @@ def export_skills(skills: list[Skill], dest: str | os.PathLike, *,
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
             for s in skills:
                 folder = _unique(s.name, used)
-                zf.writestr(f"{folder}/SKILL.md", render(s.copy(name=folder)))
+                zf.writestr(f"{folder}/SKILL.md", _text(s, folder, render, layout))
                 for rel in s.resources:
                     zf.write(s.path.parent / rel, f"{folder}/{rel}")
         os.replace(tmp, dest)
@@ -168,12 +171,23 @@ def export_skills(skills: list[Skill], dest: str | os.PathLike, *,
     used = {p.name for p in dest.iterdir()}
     for s in skills:
         folder = _unique(s.name, used)
-        atomic_write(dest / folder / "SKILL.md", render(s.copy(name=folder)))
+        atomic_write(dest / folder / "SKILL.md", _text(s, folder, render, layout))
         for rel in s.resources:
             target = dest / folder / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(s.path.parent / rel, target)
     return dest
+
+
+def _text(s: Skill, folder: str, render: Any, layout: str) -> bytes | str:
+    """The SKILL.md to write for ``s`` in ``folder``: the file as it is on disk when nothing
+    about it changes, else rendered."""
+    if layout == "spec" and folder == s.name and s.path is not None:
+        try:
+            return Path(s.path).read_bytes()
+        except OSError:
+            pass  # gone or unreadable since it was loaded: the loaded skill is what we have
+    return render(s.copy(name=folder))
 
 
 def _unique(name: str, used: set[str]) -> str:

@@ -227,6 +227,33 @@ def test_new_level_move_out_move_in_delete_restore(tmp_path, embedder):
         desk.close()
 
 
+def test_move_out_and_export_keep_the_users_own_bytes(tmp_path, embedder):
+    """A hand-edited SKILL.md (a YAML comment, a custom key order, a blank-line style the
+    renderer would normalise) leaves the bank byte for byte; a renamed copy is rendered."""
+    from engine.bank.transfer import export_skills
+
+    desk = _desk(tmp_path / "bank", embedder)
+    try:
+        sql = desk.find("SQL query tuning")
+        text = sql.path.read_text(encoding="utf-8")
+        head, _, body = text.partition("\n---\n")
+        edited = head.replace("---\n", "---\n# my note: keep this comment\n", 1) + \
+            "\n---\n" + body.rstrip("\n") + "\n\n\n- Check the plan after each change   \n"
+        sql.path.write_text(edited, encoding="utf-8")
+        desk.refresh()
+        sql = desk.find("SQL query tuning")
+        exported = export_skills([desk.bank.read(sql.path)], tmp_path / "exp")
+        assert (exported / sql.name / "SKILL.md").read_text(encoding="utf-8") == edited
+        again = export_skills([desk.bank.read(sql.path)], tmp_path / "exp")
+        renamed = sorted(p for p in again.iterdir() if p.name != sql.name)
+        assert len(renamed) == 1  # the taken folder is never overwritten
+        assert "# my note" not in (renamed[0] / "SKILL.md").read_text(encoding="utf-8")
+        where = desk.move_out(sql, tmp_path / "out")
+        assert (where / "SKILL.md").read_text(encoding="utf-8") == edited
+    finally:
+        desk.close()
+
+
 # --------------------------------------------------------------------------- review
 def test_review_lists_unused_duplicates_and_junk_and_deletes_nothing(tmp_path, embedder):
     import os
