@@ -8,7 +8,9 @@
   searched on the whole corpus; R@1 as served (the target is the first injected skill) and
   R@1 / R@5 / MRR of the ranking without any relevance cut.
 
-Every row carries ``split`` ("tune" / "heldout"); every table reports both. ``features``
+Every row carries ``split``: "tune" (fitted on), "heldout" (looked at once during issue 15,
+so tables label it "seen") or "fresh" (issue 15b: written before the self-filter, measured
+once at the end); ``--splits`` picks the halves a table prints. ``features``
 collects the per-candidate features a relevance model is fitted on (tune split only, see
 ``bench/_retrieval_fit.py``).
 """
@@ -32,6 +34,12 @@ DATA = Path(__file__).resolve().parent / "data"
 STARTER = RESOURCES / "starter"  # the starter skills a new bank receives
 USER = "bench"
 SPLITS = ("tune", "heldout")
+ALL_SPLITS = ("tune", "heldout", "fresh")
+LABELS = {"tune": "tune", "heldout": "seen", "fresh": "fresh"}  # "seen": the old held-out half
+
+
+def label(split: str) -> str:
+    return LABELS.get(split, split)
 LANGS = ("en", "zh")
 
 
@@ -117,7 +125,7 @@ def injection_rows(results: list[Served], bank: str, splits=SPLITS) -> list[list
             sel = [s for s in results if s.row["split"] == split and s.row["lang"] == lang]
             n = len(sel)
             bad = sum(bool(s.hits) for s in sel)
-            rows.append([f"{bank} {split} {lang.upper()}", n, bad, bad / max(1, n),
+            rows.append([f"{bank} {label(split)} {lang.upper()}", n, bad, bad / max(1, n),
                          sum(len(s.hits) for s in sel) / max(1, n)])
     return rows
 
@@ -133,7 +141,7 @@ def paraphrase_rows(results: list[Served], targets: dict[str, str | None],
             served_any = sum(targets[s.row["id"]] in s.hits for s in sel)
             ranks = [s.ranking.index(targets[s.row["id"]]) + 1
                      if targets[s.row["id"]] in s.ranking else None for s in sel]
-            rows.append([f"{split} {lang.upper()}", len(sel), served1 / n, served_any / n,
+            rows.append([f"{label(split)} {lang.upper()}", len(sel), served1 / n, served_any / n,
                          sum(bool(s.hits) for s in sel) / n,
                          sum(r == 1 for r in ranks) / n,
                          sum(r is not None and r <= 5 for r in ranks) / n,

@@ -74,7 +74,8 @@ def _args(argv):
     p.add_argument("--sections", default="offtopic,paraphrase,quality,speed,build,watch",
                    help="comma list of offtopic, paraphrase, quality, speed, build, watch")
     p.add_argument("--splits", default="tune,heldout", type=lambda v: tuple(v.split(",")),
-                   help="dev-set halves to print (tune while tuning; both to report)")
+                   help="dev-set halves to print: tune, heldout (printed as 'seen'), fresh "
+                   "(tune while tuning; all to report)")
     p.add_argument("--fit", action="store_true", help="refit the relevance models on the tune "
                    "halves and write engine/retrieval/relevance.json (then measure)")
     p.add_argument("--sweep", action="store_true", help="λ and normalisation grid")
@@ -152,7 +153,7 @@ def quality(skills, embedders, a, out) -> dict:
     hdr = ["ranker", "EN R@1", "EN R@5", "EN MRR", "ZH R@1", "ZH R@5", "ZH MRR", "ALL R@1",
            "ALL R@5", "ALL MRR"]
     p = DEFAULT_PARAMS
-    for split in a.splits:
+    for split in [s for s in a.splits if s in Q.SPLITS]:  # triggers: no "fresh" half
         rows = [_qrow(v, res.outcomes[v], split) for v in ["BM25"] + [
             f"{k} {e}" for e in names for k in ("dense", "fused", "ranker", "served",
                                                 "served-before")]]
