@@ -13,8 +13,9 @@ costs by itself). Each request, on the shipped starter bank:
 
 Cold KV cache for the chat prompt before every call (the worst case: a new request rarely
 shares the previous prompt beyond the system prompt); the self-filter's fixed instructions stay
-in their KV snapshot, as in the app after its first filter call (the first, cold filter call is
-the warm-up); runs alternate which side goes first; medians.
+in their KV snapshot, as in the app after its first filter call (an untimed filter call on
+another request comes before each timed turn, so only the fixed part is reused; the first, cold
+filter call is reported apart); runs alternate which side goes first; medians.
 """
 
 from __future__ import annotations
@@ -75,6 +76,16 @@ def run(spec: Any, a: Any) -> str:
         raw.reset()
         worker.submit(lambda b, _c: (b.llm.reset(), b.drop_snapshots())).result()
 
+    from engine.llm.client import LLMClient
+
+    primer = LLMClient(worker)
+
+    def prime() -> None:
+        """The previous turn's self-filter call, on another request: the snapshot then holds
+        the prompt's fixed part and a different request, as in the app (untimed)."""
+        primer.structured("filter", request="Plan a weekend in Lisbon for two.",
+                          skills="1. Travel planner: Plans city trips day by day.")
+
     def raw_ttft(messages: list[dict]) -> float:
         s = raw.create_chat_completion(messages=messages, stream=True,
                                        max_tokens=a.max_tokens, temperature=0.0, seed=a.seed)
@@ -109,6 +120,7 @@ def run(spec: Any, a: Any) -> str:
                         t, _ = sd_ttft(text, False)
                         got["nofilter"].append(t)
                         same = sent[-1]
+                        prime()
                         reset()
                         t, info = sd_ttft(text, True)
                         got["filter"].append(t)

@@ -172,10 +172,11 @@ def test_qwen_drops_a_topical_neighbour_and_keeps_a_paraphrase(qwen_path, tmp_pa
             desk.bank.create(seed_skill(d), "default")
         desk.refresh()
         neighbour = "In Rust, how do I read a whole file into a String?"
-        paraphrase = ("I'm applying to be a barista at a small café; write the short note I "
-                      "send along with my CV.")
+        paraphrase = ("I'm applying for a barista job at a café; draft the letter that goes "
+                      "with my résumé.")
         params = GenParams(max_tokens=8, temperature=0.0)
         assert [h.skill.title for h in desk.search(neighbour)] == ["Python lexer in Rust"]
+        assert [h.skill.title for h in desk.search(paraphrase)] == ["Cover letters"]
         r = desk.chat([U(neighbour)], learn=False, params=params)
         assert r.injected == [] and r.filtered_out == ["python-lexer-in-rust"], r.info()
         assert r.timings["filter_s"] > 0
