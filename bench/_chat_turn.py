@@ -74,7 +74,7 @@ def run(spec: Any, a: Any) -> str:
     def reset() -> None:  # a cold chat prompt; the structured prompts' snapshots stay, as
         # they do in the app after its first self-filter call (llama_backend.py)
         raw.reset()
-        worker.submit(lambda b, _c: (b.llm.reset(), b.drop_snapshots())).result()
+        worker.submit(lambda b, _c: (b.llm.reset(), b.drop_snapshots(("chat",)))).result()
 
     from engine.llm.client import LLMClient
 

@@ -116,7 +116,8 @@ class _Sides:
 
     def reset(self) -> None:
         self.raw.reset()
-        self.worker.submit(lambda b, _c: b.llm.reset(), self._fg).result()
+        # a cold prompt: the backend's KV snapshots (llama_backend.py) are dropped too
+        self.worker.submit(lambda b, _c: (b.llm.reset(), b.drop_snapshots()), self._fg).result()
 
     def close(self) -> None:
         self.worker.close()

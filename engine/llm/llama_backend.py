@@ -193,9 +193,10 @@ class LlamaCppBackend(ChatFromStream):
         while len(self._snapshots) > KV_SNAPSHOTS:  # dicts keep insertion order: drop oldest
             self._snapshots.pop(next(iter(self._snapshots)))
 
-    def drop_snapshots(self, kinds: tuple[str, ...] = ("chat",)) -> None:
-        """Forget the snapshots of these kinds (a benchmark's cold chat prompt)."""
-        for k in kinds:
+    def drop_snapshots(self, kinds: tuple[str, ...] | None = None) -> None:
+        """Forget the snapshots of these kinds ("chat", ...), or all (a benchmark's cold
+        prompt: ``llm.reset()`` alone would let a snapshot of the same prompt be restored)."""
+        for k in list(self._snapshots) if kinds is None else kinds:
             self._snapshots.pop(k, None)
 
     def _restore(self, prompt: list[int]) -> int:
