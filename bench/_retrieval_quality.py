@@ -66,6 +66,9 @@ def _pick(key: str, salt: str, n: int) -> int:
     return int(hashlib.sha1(f"{salt}:{key}".encode()).hexdigest()[:8], 16) % n
 
 
+SPLITS = ("tune", "heldout")  # the trigger benchmark has no "fresh" half
+
+
 def split_of(key: str) -> str:
     """The benchmark's halves (issue 15): constants may be fitted on "tune" queries only."""
     return "tune" if _pick(key, "split", 2) == 0 else "heldout"

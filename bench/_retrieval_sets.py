@@ -8,7 +8,9 @@
   searched on the whole corpus; R@1 as served (the target is the first injected skill) and
   R@1 / R@5 / MRR of the ranking without any relevance cut.
 
-Every row carries ``split`` ("tune" / "heldout"); every table reports both. ``features``
+Every row carries ``split``: "tune" (fitted on), "heldout" (looked at once during issue 15,
+so tables label it "seen") or "fresh" (issue 15b: written before the self-filter, measured
+once at the end); ``--splits`` picks the halves a table prints. ``features``
 collects the per-candidate features a relevance model is fitted on (tune split only, see
 ``bench/_retrieval_fit.py``).
 """
@@ -19,7 +21,7 @@ import json
 import shutil
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.bank.store import SkillBank
@@ -32,6 +34,12 @@ DATA = Path(__file__).resolve().parent / "data"
 STARTER = RESOURCES / "starter"  # the starter skills a new bank receives
 USER = "bench"
 SPLITS = ("tune", "heldout")
+ALL_SPLITS = ("tune", "heldout", "fresh")
+LABELS = {"tune": "tune", "heldout": "seen", "fresh": "fresh"}  # "seen": the old held-out half
+
+
+def label(split: str) -> str:
+    return LABELS.get(split, split)
 LANGS = ("en", "zh")
 
 
@@ -93,10 +101,28 @@ class Served:
     hits: list[str]          # keys injected (as served)
     ranking: list[str]       # the pool ranked by the fused score, no cut
     ms: float = 0.0          # the served search, query embedding(s) included
+    scores: list[float] = field(default_factory=list)  # P(related) of each hit
+    filtered: list[str] | None = None  # the hits the self-filter kept (None: not run)
+    filter_s: float = 0.0    # the self-filter's model call (0 when nothing passed η)
+    asked: bool = False      # whether the self-filter called the model
+
+    def with_band(self, above: float | None) -> list[str]:
+        """What a filter that skips the call when the best P(related) >= ``above`` serves."""
+        if self.filtered is None:
+            return self.hits
+        if above is not None and self.scores and self.scores[0] >= above:
+            return self.hits
+        return self.filtered
 
 
-def serve(idx: SkillIndex, rows: Iterable[dict], params: FusionParams | None = None) -> list[
-        Served]:
+def serve(idx: SkillIndex, rows: Iterable[dict], params: FusionParams | None = None,
+          client=None, splits=None) -> list[Served]:
+    """Every request as the chat serves it; with ``client`` (an LLMClient) also through the
+    self-filter (engine/chat/skill_filter.py), exactly as the turn calls it, on the rows of
+    ``splits`` only (each call costs seconds)."""
+    from engine.chat.skill_filter import self_filter
+    from engine.retrieval.index import skill_key
+
     out = []
     for r in rows:
         t0 = time.perf_counter()
@@ -105,42 +131,58 @@ def serve(idx: SkillIndex, rows: Iterable[dict], params: FusionParams | None = N
         p = params_for(params or idx.params, r["query"], idx.embedder.multilingual)
         c = idx.candidates(r["query"], pool=50, segments=p.relevance)
         ranking = [c.keys[i] for i, *_ in rank(c, p.with_(threshold=0.0))]
-        from engine.retrieval.index import skill_key
-        out.append(Served(r, [skill_key(h.skill) for h in hits], ranking, ms))
+        s = Served(r, [skill_key(h.skill) for h in hits], ranking, ms,
+                   [float(h.score) for h in hits])
+        if client is not None and (splits is None or r["split"] in splits):
+            res = self_filter(client, r["query"], hits)
+            s.filtered = [skill_key(h.skill) for h in res.hits]
+            s.filter_s, s.asked = res.seconds, res.asked
+        out.append(s)
     return out
 
 
-def injection_rows(results: list[Served], bank: str, splits=SPLITS) -> list[list]:
+def pick(s: Served, served: str, above: float | None = None) -> list[str]:
+    """``served``: "hits" (as served without the filter) or "filtered" (with it)."""
+    return s.hits if served == "hits" else s.with_band(above)
+
+
+def injection_rows(results: list[Served], bank: str, splits=SPLITS, served: str = "hits",
+                   above: float | None = None) -> list[list]:
     rows = []
     for split in splits:
         for lang in LANGS:
             sel = [s for s in results if s.row["split"] == split and s.row["lang"] == lang]
             n = len(sel)
-            bad = sum(bool(s.hits) for s in sel)
-            rows.append([f"{bank} {split} {lang.upper()}", n, bad, bad / max(1, n),
-                         sum(len(s.hits) for s in sel) / max(1, n)])
+            got = [pick(s, served, above) for s in sel]
+            bad = sum(bool(g) for g in got)
+            rows.append([f"{bank} {label(split)} {lang.upper()}", n, bad, bad / max(1, n),
+                         sum(len(g) for g in got) / max(1, n)])
     return rows
 
 
 def paraphrase_rows(results: list[Served], targets: dict[str, str | None],
-                    splits=SPLITS) -> list[list]:
+                    splits=SPLITS, served: str = "hits", above: float | None = None
+                    ) -> list[list]:
     rows = []
     for split in splits:
         for lang in LANGS:
             sel = [s for s in results if s.row["split"] == split and s.row["lang"] == lang]
             n = max(1, len(sel))
-            served1 = sum(bool(s.hits) and s.hits[0] == targets[s.row["id"]] for s in sel)
-            served_any = sum(targets[s.row["id"]] in s.hits for s in sel)
+            got = {id(s): pick(s, served, above) for s in sel}
+            served1 = sum(bool(got[id(s)]) and got[id(s)][0] == targets[s.row["id"]]
+                          for s in sel)
+            served_any = sum(targets[s.row["id"]] in got[id(s)] for s in sel)
             ranks = [s.ranking.index(targets[s.row["id"]]) + 1
                      if targets[s.row["id"]] in s.ranking else None for s in sel]
-            rows.append([f"{split} {lang.upper()}", len(sel), served1 / n, served_any / n,
-                         sum(bool(s.hits) for s in sel) / n,
+            rows.append([f"{label(split)} {lang.upper()}", len(sel), served1 / n, served_any / n,
+                         sum(bool(got[id(s)]) for s in sel) / n,
                          sum(r == 1 for r in ranks) / n,
                          sum(r is not None and r <= 5 for r in ranks) / n,
                          sum(1.0 / r for r in ranks if r) / n])
     return rows
 
 
-def offenders(results: list[Served], limit: int = 8, splits=SPLITS) -> list[str]:
-    return [f"{s.row['query']!r} -> {', '.join(k.rsplit('/', 1)[-1] for k in s.hits)}"
-            for s in results if s.hits and s.row["split"] in splits][:limit]
+def offenders(results: list[Served], limit: int = 8, splits=SPLITS, served: str = "hits"
+              ) -> list[str]:
+    return [f"{s.row['query']!r} -> {', '.join(k.rsplit('/', 1)[-1] for k in pick(s, served))}"
+            for s in results if pick(s, served) and s.row["split"] in splits][:limit]

@@ -41,6 +41,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--structured", type=int, default=50, metavar="N",
                    help="extraction prompts for the structured-validity check (0 = skip)")
     p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocesses")
+    p.add_argument("--turn", action="store_true", help="only the whole-turn comparison: "
+                   "SkillDesk's turn (retrieval, self-filter) vs the plain model "
+                   "(bench/_chat_turn.py)")
     p.add_argument("--json", action="store_true", help="also print the numbers as JSON")
     p.add_argument("--bank", help=argparse.SUPPRESS)
     p.add_argument("--user", help=argparse.SUPPRESS)
@@ -113,7 +116,8 @@ class _Sides:
 
     def reset(self) -> None:
         self.raw.reset()
-        self.worker.submit(lambda b, _c: b.llm.reset(), self._fg).result()
+        # a cold prompt: the backend's KV snapshots (llama_backend.py) are dropped too
+        self.worker.submit(lambda b, _c: (b.llm.reset(), b.drop_snapshots()), self._fg).result()
 
     def close(self) -> None:
         self.worker.close()
@@ -252,6 +256,11 @@ def main(argv: list[str]) -> int:
     from engine.llm.registry import resolve
 
     spec = resolve(a.model)
+    if a.turn:
+        from bench import _chat_turn
+
+        print(_chat_turn.run(spec, a))
+        return 0
     messages, followup = _conversation()
     sides = _Sides(spec, a)
     try:

@@ -106,13 +106,23 @@ class OracleLLM:
         last = messages[-1]["content"] if messages else ""
         kind = ("extract" if "skills" in props else "judge" if "action" in props
                 else "rewrite" if "query" in props else "triage" if "kind" in props
-                else "merge")
+                else "filter" if "use" in props else "merge")
         self.calls.append(kind)
         self._sleep(cancel)
         with self._lock:
             return getattr(self, f"_{kind}")(last)
 
     # ------------------------------------------------------------------ the answers
+    filter_answer: list[int] | None = None  # the self-filter's answer; None: every candidate
+
+    def _filter(self, prompt: str) -> dict[str, Any]:
+        """The self-filter (engine/chat/skill_filter.py): a scripted model cannot judge, so it
+        keeps every candidate unless a test scripts ``filter_answer``."""
+        if self.filter_answer is not None:
+            return {"use": list(self.filter_answer)}
+        shown = prompt.split("Skills:", 1)[-1]
+        return {"use": [i for i in (1, 2, 3) if f"\n{i}. " in "\n" + shown]}
+
     def _rewrite(self, prompt: str) -> dict[str, Any]:
         latest = prompt.rsplit("Latest:", 1)[-1].strip()
         return {"query": latest or "query"}

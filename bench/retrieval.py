@@ -74,7 +74,12 @@ def _args(argv):
     p.add_argument("--sections", default="offtopic,paraphrase,quality,speed,build,watch",
                    help="comma list of offtopic, paraphrase, quality, speed, build, watch")
     p.add_argument("--splits", default="tune,heldout", type=lambda v: tuple(v.split(",")),
-                   help="dev-set halves to print (tune while tuning; both to report)")
+                   help="dev-set halves to print: tune, heldout (printed as 'seen'), fresh "
+                   "(tune while tuning; all to report)")
+    p.add_argument("--filter-model", default="", metavar="MODEL",
+                   help="also serve the off-topic and paraphrase sets through the self-filter "
+                   "(engine/chat/skill_filter.py) on this model (e.g. recommended); one model "
+                   "call per request where a skill passed η, on the --splits rows only")
     p.add_argument("--fit", action="store_true", help="refit the relevance models on the tune "
                    "halves and write engine/retrieval/relevance.json (then measure)")
     p.add_argument("--sweep", action="store_true", help="λ and normalisation grid")
@@ -152,7 +157,7 @@ def quality(skills, embedders, a, out) -> dict:
     hdr = ["ranker", "EN R@1", "EN R@5", "EN MRR", "ZH R@1", "ZH R@5", "ZH MRR", "ALL R@1",
            "ALL R@5", "ALL MRR"]
     p = DEFAULT_PARAMS
-    for split in a.splits:
+    for split in [s for s in a.splits if s in Q.SPLITS]:  # triggers: no "fresh" half
         rows = [_qrow(v, res.outcomes[v], split) for v in ["BM25"] + [
             f"{k} {e}" for e in names for k in ("dense", "fused", "ranker", "served",
                                                 "served-before")]]
@@ -288,23 +293,76 @@ def speed(skills, embedders, a, bank_root, out) -> None:
                     "atomic-rename saves; target p95 < 1 s)"), file=out)
 
 
+_CLIENT: dict[str, object] = {}
+BANDS = (None, 0.9, 0.8, 0.7, 0.6)  # the self-filter skipped when the best P(related) >= this
+
+
+def filter_client(a):
+    """The self-filter's model (one backend for the whole run), or None without
+    ``--filter-model``."""
+    if not a.filter_model:
+        return None
+    if a.filter_model not in _CLIENT:
+        from engine.llm.client import LLMClient
+        from engine.llm.factory import make_backend
+
+        t0 = time.perf_counter()
+        backend = make_backend(model=a.filter_model)
+        print(f"self-filter model {getattr(backend, 'name', a.filter_model)} loaded in "
+              f"{time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+        _CLIENT[a.filter_model] = LLMClient(backend)
+    return _CLIENT[a.filter_model]
+
+
+def _filter_stats(res: list[D.Served], a, what: str, out) -> None:
+    import numpy as np
+
+    asked = [s for s in res if s.asked]
+    secs = [s.filter_s for s in asked]
+    n = sum(s.row["split"] in a.splits for s in res)
+    if secs:
+        print(f"self-filter on {what}: called for {len(asked)} of {n} requests (the rest had "
+              f"no skill passing η: no call); call p50 {np.percentile(secs, 50):.2f} s, p95 "
+              f"{np.percentile(secs, 95):.2f} s (model {a.filter_model}, shared 2-core box)",
+              file=out)
+
+
 def offtopic(embedders, a, out, params=None) -> list[list]:
     """Injection rate of the off-topic set on the starter bank and the 120-skill user bank."""
     emb = embedders.get(DEFAULT_EMBEDDER) or next(iter(embedders.values()))
     rows_in = D.load("offtopic.jsonl")
-    rows, bad = [], []
+    client = filter_client(a)
+    rows, frows, bad, fbad, band, allres = [], [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="skilldesk-offtopic-") as tmp:
         for bank in ("starter", "user"):
             root = D.build_bank(bank, a.corpus, Path(tmp) / bank)
             idx = D.open_index(root, emb, params)
-            res = D.serve(idx, rows_in)
-            rows += D.injection_rows(res, f"{bank} ({len(idx)})", a.splits)
+            res = D.serve(idx, rows_in, client=client, splits=a.splits)
+            allres += res
+            name = f"{bank} ({len(idx)})"
+            rows += D.injection_rows(res, name, a.splits)
             bad += [f"  [{bank}] {x}" for x in D.offenders(res, 6, a.splits)]
-    print(table(["bank / split / language", "n", "injected", "rate", "skills/request"], rows,
-                "\nOff-topic requests (bench/data/offtopic.jsonl): share that got a skill "
-                "injected (as served; target <= 0.05)"), file=out)
+            if client is not None:
+                frows += D.injection_rows(res, name, a.splits, "filtered")
+                fbad += [f"  [{bank}] {x}" for x in D.offenders(res, 6, a.splits, "filtered")]
+                for above in BANDS:
+                    band.append([f"{name} skip >= {above or '-'}"] + [
+                        r[3] for r in D.injection_rows(res, name, a.splits, "filtered", above)])
+    hdr = ["bank / split / language", "n", "injected", "rate", "skills/request"]
+    print(table(hdr, rows, "\nOff-topic requests (bench/data/offtopic.jsonl): share that got "
+                "a skill injected (as served without the self-filter; target <= 0.05)"),
+          file=out)
     if bad:
         print("first offenders:\n" + "\n".join(bad), file=out)
+    if client is not None:
+        print(table(hdr, frows, "\nOff-topic requests, served WITH the self-filter "
+                    f"({a.filter_model}; target <= 0.05)"), file=out)
+        if fbad:
+            print("offenders left:\n" + "\n".join(fbad), file=out)
+        cols = [f"{D.label(sp)} {lg.upper()}" for sp in a.splits for lg in D.LANGS]
+        print(table(["self-filter band"] + cols, band, "\nOff-topic rate when the self-filter "
+                    "is skipped for requests whose best P(related) >= the band's top"), file=out)
+        _filter_stats(allres, a, "the off-topic sets (both banks)", out)
     return rows
 
 
@@ -317,12 +375,27 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
     if hasattr(emb, "base"):  # time real query embeddings, not the bench's vector cache
         idx.embedder = idx.dense.embedder = emb.base
     targets = {r["id"]: D.target_key(idx, root, r["target"]) for r in rows_in}
-    res = D.serve(idx, rows_in)
+    client = filter_client(a)
+    res = D.serve(idx, rows_in, client=client, splits=a.splits)
     rows = D.paraphrase_rows(res, targets, a.splits)
-    print(table(["split / language", "n", "served R@1", "served R@3", "any skill",
-                 "R@1 no cut", "R@5 no cut", "MRR no cut"], rows,
-                f"\nParaphrased requests (bench/data/paraphrase.jsonl; {len(idx)} skills; "
-                "served = what the chat injects; target served R@1 >= 0.50)"), file=out)
+    hdr = ["split / language", "n", "served R@1", "served R@3", "any skill", "R@1 no cut",
+           "R@5 no cut", "MRR no cut"]
+    print(table(hdr, rows, f"\nParaphrased requests (bench/data/paraphrase.jsonl; {len(idx)} "
+                "skills; served = what the chat injects without the self-filter; target served "
+                "R@1 >= 0.50)"), file=out)
+    if client is not None:
+        frows = D.paraphrase_rows(res, targets, a.splits, "filtered")
+        print(table(hdr, frows, "\nParaphrased requests, served WITH the self-filter "
+                    f"({a.filter_model}; 'no cut' columns: the ranking, unchanged)"), file=out)
+        band = []
+        for above in BANDS:
+            band.append([f"skip >= {above or '-'}"] + [r[2] for r in D.paraphrase_rows(
+                res, targets, a.splits, "filtered", above)])
+        cols = [f"{D.label(sp)} {lg.upper()}" for sp in a.splits for lg in D.LANGS]
+        print(table(["self-filter band"] + cols, band, "\nParaphrase served R@1 when the "
+                    "self-filter is skipped for requests whose best P(related) >= the band's "
+                    "top"), file=out)
+        _filter_stats(res, a, "the paraphrase set", out)
     import numpy as np
 
     from engine.retrieval.relevance import segments

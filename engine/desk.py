@@ -424,11 +424,14 @@ class SkillDesk(SkillManagement):
     def chat(self, messages: list[dict], stream: bool = False,
              cancel: CancelToken | None = None, learn: bool = True, *,
              params: GenParams | None = None, plan: bool | None = None,
-             top_k: int | None = None) -> TurnResult | TurnStream:
+             top_k: int | None = None,
+             self_filter: bool | None = None) -> TurnResult | TurnStream:
         """One turn (engine/chat/turn.py): rewrite, retrieve (planned for complex requests on
         models able to plan), answer; then queued for learning when ``learn`` and the settings
         allow. A TurnResult, or a TurnStream of text chunks when ``stream``. ``cancel`` stops
-        every model call of the turn (the rewrite, the plan, the answer)."""
+        every model call of the turn (the rewrite, the plan, the self-filter, the answer).
+        ``self_filter``: None follows the settings (``retrieval.self_filter``); the tier
+        decides whether the model can run it at all (engine/llm/tiers.py)."""
         worker = self.worker
         worker.wait_ready()
         tier = tiers.tier_of(worker)
@@ -453,8 +456,15 @@ class SkillDesk(SkillManagement):
         def confidence(query: str) -> float:  # the rewrite check: plain search, best P(related)
             return max((h.score for h in self.search(query, 1)), default=0.0)
 
+        always = {s.id for s in self.always_on()}
+
+        def judged(hit: SkillHit) -> bool:  # the self-filter never drops an always-on skill
+            return hit.skill.id not in always
+
+        use_filter = self.config.retrieval.self_filter if self_filter is None else self_filter
         turn = Turn(messages, worker=worker, search=retrieve,
                     system_prompt=self.config.model.system_prompt or "", top_k=top_k,
                     params=params, on_done=on_done, tier=tier, cancel=cancel,
-                    confidence=confidence, edited=self.user_written_rules)
+                    confidence=confidence, edited=self.user_written_rules,
+                    judged=judged if use_filter else None)
         return TurnStream(turn) if stream else turn.run()

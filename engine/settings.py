@@ -50,6 +50,10 @@ class RetrievalSettings:
     # (engine/retrieval/__init__.py has the measurement). Was ``threshold``, η on the fused
     # score: a saved value of that key meant something else and is ignored.
     min_relevance: float = 0.45
+    # The self-filter: on models able to judge (engine/llm/tiers.py), one short model call
+    # after retrieval keeps only the skills that fit the request (engine/chat/skill_filter.py).
+    # It runs only when a skill passed η; False turns it off.
+    self_filter: bool = True
     scope: str = "all"  # "user" | "common" | "all"
 
 

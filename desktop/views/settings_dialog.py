@@ -136,6 +136,10 @@ class SettingsDialog(QDialog):
                                         value=s.retrieval.min_relevance)
         form.addRow("Skills per answer (top-K)", self.top_k)
         form.addRow("Relevance threshold", self.threshold)
+        self.self_filter = QCheckBox("Let the model check which skills fit (one short call "
+                                     "when a skill matches; capable models only)")
+        self.self_filter.setChecked(s.retrieval.self_filter)
+        form.addRow("", self.self_filter)
         self.learning = QCheckBox("Learn skills from my chats")
         self.learning.setChecked(s.learning)
         form.addRow("", self.learning)
@@ -191,6 +195,7 @@ class SettingsDialog(QDialog):
         s.user = self.user.text().strip() or "default"
         s.retrieval.top_k = self.top_k.value()
         s.retrieval.min_relevance = round(self.threshold.value(), 3)
+        s.retrieval.self_filter = self.self_filter.isChecked()
         s.learning = self.learning.isChecked()
         s.editor_command = self.editor.text().strip()
         s.theme = self.theme.currentData()

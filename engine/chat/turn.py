@@ -9,8 +9,11 @@
    ("Make the tone warmer and add a closing line" after a cover letter) and is rewritten; when
    the message finds its own skill at least as well, or when neither finds anything, it stands
    alone. An explicit topic switch ("by the way, ...") always stands alone.
-2. Hybrid retrieval through the desk; the chosen skills are rendered (every rule, within the
-   model's budget: engine/chat/render.py, engine/llm/tiers.skill_budget).
+2. Hybrid retrieval through the desk. On models able to judge, when a skill passed η, the
+   self-filter (engine/chat/skill_filter.py, one short constrained call) keeps only those the
+   model says fit the request; nothing retrieved, no call. The chosen skills are rendered
+   (every rule, within the model's budget: engine/chat/render.py,
+   engine/llm/tiers.skill_budget).
 3. Answer with P_chat: the system message is the policy + the skill block, always first, so
    the prefix the model has already evaluated (KV cache) is reused while the skills stay the
    same; the history follows unchanged. Streamed and stoppable; FOREGROUND priority, so it
@@ -31,6 +34,7 @@ from typing import Any
 from engine import prompts
 from engine.bank.skill import Skill
 from engine.chat.render import InjectedSkill, render
+from engine.chat.skill_filter import self_filter
 from engine.errors import Cancelled, SkillDeskError
 from engine.learning import triage
 from engine.llm import tiers
@@ -55,7 +59,9 @@ class TurnResult:
     trimmed_messages: int = 0
     model: str = ""
     turn_id: str = ""
-    timings: dict[str, float] = field(default_factory=dict)  # rewrite_s, retrieve_s, total_s
+    timings: dict[str, float] = field(default_factory=dict)  # rewrite_s, retrieve_s,
+    # filter_s (only when the self-filter ran), total_s
+    filtered_out: list[str] = field(default_factory=list)  # skills the self-filter dropped
     learning_job: str | None = None
 
     def info(self) -> dict[str, Any]:
@@ -73,6 +79,7 @@ class TurnResult:
             "usage": {"prompt_tokens": self.usage.prompt_tokens,
                       "completion_tokens": self.usage.completion_tokens},
             "timings": {k: round(float(v), 6) for k, v in self.timings.items()},
+            "filtered_out": list(self.filtered_out),
         }
 
 
@@ -137,7 +144,8 @@ class Turn:
                  on_done: Callable[[TurnResult, list[dict]], str | None] | None = None,
                  tier: str | None = None, cancel: CancelToken | None = None,
                  confidence: Callable[[str], float] | None = None,
-                 edited: Callable[[Skill], set[str]] | None = None):
+                 edited: Callable[[Skill], set[str]] | None = None,
+                 judged: Callable[[Any], bool] | None = None):
         if not any(m.get("role") == "user" for m in messages):
             raise ValueError("a chat turn needs at least one user message")
         self.messages = [dict(m) for m in messages]
@@ -149,6 +157,9 @@ class Turn:
         self.edited = edited          # a skill's hand-written rules (kept first when cut)
         self.tier = tier or tiers.tier_of(worker)
         self.policy = tiers.policy(self.tier)
+        # The self-filter: None = off; else judged(hit) says which hits the model may drop
+        # (False for always-on skills). Only tiers whose policy has self_filter run it.
+        self.judged = judged if self.policy.self_filter else None
         self.cancel_token = cancel or CancelToken()
         self.client = LLMClient(worker, priority=FOREGROUND, tier=self.tier)
         self.turn_id = f"t{next(_turn_ids)}-{int(time.time() * 1000) % 10**8}"
@@ -207,8 +218,19 @@ class Turn:
                 hits = list(self.search(query, self.top_k, self.client) or [])
             except Cancelled:
                 hits = []
-        hits = hits[: self.policy.max_skills]
         timings["retrieve_s"] = time.perf_counter() - t0
+        dropped: list[str] = []
+        if self.judged is not None and hits and not self.cancel_token.cancelled:
+            try:
+                checked = self_filter(self.client, query, hits[: self.policy.max_skills],
+                                      self.judged)
+            except Cancelled:
+                checked = None
+            if checked is not None and checked.asked:
+                timings["filter_s"] = checked.seconds
+                dropped = [h.skill.name for h in checked.dropped]
+                hits = checked.hits
+        hits = hits[: self.policy.max_skills]
         rendered = render(hits, tiers.skill_budget(self.worker), edited=self.edited)
         msgs = self.chat_messages(rendered.text)
         text, res = [], None
@@ -228,7 +250,8 @@ class Turn:
             decode_tps=res.decode_tps if res else None,
             finish_reason=res.finish_reason if res else "cancelled",
             trimmed_messages=res.trimmed_messages if res else 0,
-            model=getattr(backend, "name", ""), turn_id=self.turn_id, timings=timings)
+            model=getattr(backend, "name", ""), turn_id=self.turn_id, timings=timings,
+            filtered_out=dropped)
         if self.on_done is not None:
             convo = [*self.messages, {"role": "assistant", "content": self.result.text}]
             self.result.learning_job = self.on_done(self.result, convo)

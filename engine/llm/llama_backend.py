@@ -12,7 +12,15 @@ How it runs a turn:
   before the next one is decoded: Stop takes effect within one token, and closing the generator
   leaves ``Llama`` consistent (the next call just reuses the valid prefix);
 - ``structured`` adds a grammar compiled from the JSON schema (llama.cpp constrained decoding),
-  then validates with jsonschema.
+  then validates with jsonschema;
+- KV snapshots (issue 15b): llama.cpp keeps one KV cache, so a short structured call between
+  two chat turns (the self-filter, the rewrite) would evict the chat's cached prefix, and the
+  chat would evict the structured prompt's fixed instructions and examples. After each call
+  the KV of its tokens is copied aside (``llama_state_seq_get_data``, ~28 KB per token for
+  Qwen2.5-1.5B), one snapshot per kind of call (the chat, each structured schema), at most
+  ``KV_SNAPSHOTS``; before a call, the snapshot sharing the longest prefix with the new prompt
+  is restored when it beats the live cache by ``MIN_SNAPSHOT_GAIN`` tokens. On the 2-core box
+  the self-filter's ~230 fixed tokens cost ~8 s to evaluate; restoring them takes milliseconds.
 
 Not thread-safe: one :class:`~engine.llm.worker.ModelWorker` owns each instance.
 """
@@ -20,6 +28,7 @@ Not thread-safe: one :class:`~engine.llm.worker.ModelWorker` owns each instance.
 from __future__ import annotations
 
 import codecs
+import ctypes
 import json
 import os
 import random
@@ -44,6 +53,9 @@ from engine.llm.registry import ModelSpec
 from engine.llm.structured import check_schema, parse_and_validate
 
 MIN_REPLY_TOKENS = 16  # when the prompt barely fits, still leave room for this many tokens
+KV_SNAPSHOTS = 3       # KV snapshots kept: the chat's and two structured prompts' (see above)
+MIN_SNAPSHOT_GAIN = 32  # a snapshot is restored only when it saves this many prompt tokens
+MAX_SNAPSHOT_TOKENS = 3000  # longer prompts are not copied aside (~84 MB for Qwen2.5-1.5B)
 
 
 def default_threads() -> int:
@@ -91,6 +103,8 @@ class LlamaCppBackend(ChatFromStream):
         self._grammars: dict[str, Any] = {}
         self.last_result: ChatResult | None = None
         self.structured_retries = 0  # answers cut off by max_tokens and asked again
+        self._snapshots: dict[str, tuple[Any, bytes]] = {}  # kind -> (token ids, KV bytes)
+        self.snapshot_hits = 0  # prompts that started from a restored snapshot
 
     # --- the prompt -------------------------------------------------------------------------
     def _make_formatter(self, lcf: Any, use_gguf: bool) -> Any:
@@ -162,6 +176,53 @@ class LlamaCppBackend(ChatFromStream):
                     cancel: CancelToken | None = None) -> Iterator[str]:
         return self._generate(messages, params or GenParams(), cancel, grammar=None)
 
+    # --- KV snapshots (see the module docstring) ---------------------------------------------
+    def _snapshot(self, kind: str) -> None:
+        llm, lc = self.llm, self._lc
+        n = int(llm.n_tokens)
+        if n < MIN_SNAPSHOT_GAIN or n > MAX_SNAPSHOT_TOKENS:
+            self._snapshots.pop(kind, None)
+            return
+        size = int(lc.llama_state_seq_get_size(llm._ctx.ctx, 0))
+        buf = (ctypes.c_uint8 * size)()
+        got = int(lc.llama_state_seq_get_data(llm._ctx.ctx, buf, size, 0))
+        if got <= 0 or got > size:
+            return
+        self._snapshots.pop(kind, None)
+        self._snapshots[kind] = (llm.input_ids[:n].copy(), bytes(buf)[:got])
+        while len(self._snapshots) > KV_SNAPSHOTS:  # dicts keep insertion order: drop oldest
+            self._snapshots.pop(next(iter(self._snapshots)))
+
+    def drop_snapshots(self, kinds: tuple[str, ...] | None = None) -> None:
+        """Forget the snapshots of these kinds ("chat", ...), or all (a benchmark's cold
+        prompt: ``llm.reset()`` alone would let a snapshot of the same prompt be restored)."""
+        for k in list(self._snapshots) if kinds is None else kinds:
+            self._snapshots.pop(k, None)
+
+    def _restore(self, prompt: list[int]) -> int:
+        """Restore the snapshot sharing the longest prefix with ``prompt`` when it beats the
+        live cache; returns the prefix length the KV cache now holds."""
+        llm, lc = self.llm, self._lc
+        live = _common_prefix(llm.input_ids[:llm.n_tokens], prompt)
+        best, pick = live + MIN_SNAPSHOT_GAIN - 1, None
+        for ids, data in self._snapshots.values():
+            n = _common_prefix(ids, prompt)
+            if n > best:
+                best, pick = n, (ids, data)
+        if pick is None:
+            return live
+        ids, data = pick
+        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
+        src = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if int(lc.llama_state_seq_set_data(llm._ctx.ctx, src, len(data), 0)) != len(data):
+            llm.reset()  # a failed restore must not leave a half-valid cache
+            return 0
+        llm.input_ids[:len(ids)] = ids
+        llm.n_tokens = len(ids)
+        llm._requires_eval = True
+        self.snapshot_hits += 1
+        return best
+
     def _generate(self, messages: list[Message], params: GenParams, cancel: CancelToken | None,
                   grammar: Any) -> Iterator[str]:
         t0 = time.perf_counter()
@@ -170,7 +231,8 @@ class LlamaCppBackend(ChatFromStream):
         prompt, stops, n_trimmed, max_new = self._fit(messages, max_tokens)
         stops = [*params.stop, *stops]
         llm = self.llm
-        cached = _common_prefix(llm.input_ids[:llm.n_tokens], prompt)
+        kind = "chat" if grammar is None else f"structured:{id(grammar)}"
+        cached = self._restore(prompt)
         llm.set_seed(params.seed if params.seed is not None else random.getrandbits(31))
         result = ChatResult(text="", usage=Usage(prompt_tokens=len(prompt)), finish_reason="length",
                             trimmed_messages=n_trimmed, cached_tokens=min(cached, len(prompt) - 1))
@@ -221,6 +283,9 @@ class LlamaCppBackend(ChatFromStream):
         except (RuntimeError, ValueError, OSError) as exc:
             llm.reset()  # never leave a half-evaluated state behind
             raise ModelError(f"{self.name}: generation failed ({exc})") from exc
+        else:
+            if result.finish_reason != "cancelled":
+                self._snapshot(kind)
         finally:
             gen.close()
             result.text = "".join(parts)

@@ -14,7 +14,9 @@ while Qwen2.5-1.5B and up can:
   fast-track, never veto: on conversations written outside the project the keyword gate let
   through 1 of 100 PrefEval preferences), rewrites, extracts (the user's own rule sentences
   back it up when none of its candidates survives the checks), judges and merges; complex
-  requests are planned before retrieval (SkillX §4); consolidation merges with the model.
+  requests are planned before retrieval (SkillX §4); consolidation merges with the model;
+  after retrieval, the model checks which of the 1-3 candidates fit the request (the
+  self-filter, SkillX §4, engine/chat/skill_filter.py) whenever one passed η.
 
 Every caller asks :func:`policy` (or :func:`tier_of`); nobody compares tier names itself.
 """
@@ -40,6 +42,8 @@ class TierPolicy:
     judge: Step
     merge: Step
     plan: bool  # plan-aware retrieval for complex requests
+    self_filter: bool  # the model checks which retrieved skills fit (chat/skill_filter.py);
+    # off for tiny: SmolLM2-135M answers such a question at chance
     consolidate_merge: Literal["llm", "union"]
     skill_chars: int  # the most characters of skill text the chat prompt may carry (a cap:
     # skill_budget() gives less when the model's context is small)
@@ -51,10 +55,12 @@ class TierPolicy:
 
 
 _CAPABLE = TierPolicy(triage="llm", rewrite="llm", extract="llm+rule", judge="llm", merge="llm",
-                      plan=True, consolidate_merge="llm", skill_chars=6000, max_skills=3)
+                      plan=True, self_filter=True, consolidate_merge="llm", skill_chars=6000,
+                      max_skills=3)
 POLICIES: dict[str, TierPolicy] = {
     "tiny": TierPolicy(triage="rule", rewrite="rule", extract="rule", judge="rule", merge="rule",
-                       plan=False, consolidate_merge="union", skill_chars=1000, max_skills=2),
+                       plan=False, self_filter=False, consolidate_merge="union", skill_chars=1000,
+                       max_skills=2),
     "capable": _CAPABLE,
     "unknown": _CAPABLE,
 }

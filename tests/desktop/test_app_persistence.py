@@ -103,6 +103,8 @@ def test_settings_dialog_saves(tmp_path, bank_dir, qtbot, _private_home):
     dlg.user.setText("alice")
     dlg.top_k.setValue(5)
     dlg.threshold.setValue(0.6)
+    assert dlg.self_filter.isChecked()  # on by default (issue 15b)
+    dlg.self_filter.setChecked(False)
     dlg.learning.setChecked(False)
     dlg.editor.setText("code -w {path}")
     dlg.theme.setCurrentIndex(dlg.theme.findData("dark"))
@@ -116,6 +118,7 @@ def test_settings_dialog_saves(tmp_path, bank_dir, qtbot, _private_home):
     assert saved.model.backend == "openai" and saved.model.api_model == "qwen"
     assert saved.bank == str(bank_dir) and saved.user == "alice"
     assert (saved.retrieval.top_k, saved.retrieval.min_relevance) == (5, 0.6)
+    assert saved.retrieval.self_filter is False
     assert saved.learning is False and saved.theme == "dark"
     assert saved.editor_command == "code -w {path}"
     assert (_private_home / "settings.json").is_file()

@@ -194,6 +194,7 @@ def test_shared_prefix_is_reused_on_the_next_turn(backend):
               "\n".join(f"- Rule {i}: always answer politely and briefly." for i in range(20))}
     turn1 = [system, {"role": "user", "content": "Hello!"}]
     backend.llm.reset()
+    backend.drop_snapshots()  # an earlier test's KV snapshot must not warm this prompt
     first = backend.chat(turn1, GenParams(max_tokens=8, seed=1))
     turn2 = [*turn1, {"role": "assistant", "content": first.text},
              {"role": "user", "content": "How are you?"}]
@@ -224,3 +225,32 @@ def test_worker_priorities_on_the_real_model(backend):
         assert bg.result(60)["answer"] in ("yes", "no")
     finally:
         worker.close()
+
+
+def test_a_structured_prompt_and_the_chat_keep_their_prefixes_across_each_other(backend):
+    """KV snapshots (issue 15b): a structured call between two chat turns no longer evicts the
+    chat's cached prefix, and the chat no longer evicts the structured prompt's fixed part; a
+    restored prefix gives the same answer as a cold one."""
+    fixed = {"role": "system", "content": "Extract the place as JSON.\n" + "\n".join(
+        f"Example {i}: a sentence naming a place gives its kind." for i in range(15))}
+    chat_sys = {"role": "system", "content": "You are SkillDesk.\n" + "\n".join(
+        f"- Rule {i}: answer politely and briefly." for i in range(15))}
+    ask = [fixed, {"role": "user", "content": "Paris is the capital of France."}]
+    params = GenParams(max_tokens=64, temperature=0.0, seed=0)
+    backend.llm.reset()
+    backend.drop_snapshots()
+    cold = backend.structured(ask, SCHEMA, params)
+    assert backend.last_result.cached_tokens == 0
+    turn1 = [chat_sys, {"role": "user", "content": "Hello!"}]
+    first = backend.chat(turn1, GenParams(max_tokens=8, seed=1))
+    hits = backend.snapshot_hits
+    warm = backend.structured(ask, SCHEMA, params)  # the chat sat in between
+    assert warm == cold and backend.snapshot_hits == hits + 1
+    assert backend.last_result.cached_tokens >= backend.prompt_tokens([fixed]) - 5
+    turn2 = [*turn1, {"role": "assistant", "content": first.text},
+             {"role": "user", "content": "How are you?"}]
+    second = backend.chat(turn2, GenParams(max_tokens=8, seed=1))  # the structured call between
+    assert second.cached_tokens >= backend.prompt_tokens([chat_sys]) - 5
+    # a different structured request still starts from the fixed part
+    backend.structured([fixed, {"role": "user", "content": "Rome is in Italy."}], SCHEMA, params)
+    assert backend.last_result.cached_tokens >= backend.prompt_tokens([fixed]) - 5

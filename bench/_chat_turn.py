@@ -1,0 +1,152 @@
+"""``skilldesk bench chat --turn``: the whole SkillDesk turn against the plain model (issue 15b).
+
+The self-filter (engine/chat/skill_filter.py) adds one model call to a turn where a skill passed
+η. This measures what the user waits for: TTFT from ``desk.chat(..., stream=True)`` to the first
+text chunk (rewrite check, retrieval, the self-filter, the skill block's prompt evaluation),
+against raw llama-cpp-python answering the same user message with no skills (``plain``), and
+against the exact messages SkillDesk sent to the model (``same prompt``: what the skill block
+costs by itself). Each request, on the shipped starter bank:
+
+- ``injected``: a request a starter skill applies to (the filter runs and keeps it);
+- ``dropped``: a topical neighbour that passes η (the filter runs and drops it);
+- ``none``: a question nothing passes η for (no filter call).
+
+Cold KV cache for the chat prompt before every call (the worst case: a new request rarely
+shares the previous prompt beyond the system prompt); the self-filter's fixed instructions stay
+in their KV snapshot, as in the app after its first filter call (an untimed filter call on
+another request comes before each timed turn, so only the fixed part is reused; the first, cold
+filter call is reported apart); runs alternate which side goes first; medians.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REQUESTS = {
+    "injected": "Write a commit message for my fix of the login timeout bug.",
+    "dropped": "What does git stash do?",
+    "none": "Name three rivers in Europe.",
+}
+
+
+def _first_chunk(chunks: Any) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    ttft, n = float("nan"), 0
+    for text in chunks:
+        if text and n == 0:
+            ttft = time.perf_counter() - t0
+        n += bool(text)
+    return ttft, n
+
+
+def run(spec: Any, a: Any) -> str:
+    from llama_cpp import Llama
+
+    from engine.desk import SkillDesk
+    from engine.llm.base import GenParams
+    from engine.settings import RESOURCES, Settings
+
+    raw = Llama(model_path=str(spec.path), n_ctx=a.n_ctx, n_threads=a.threads,
+                n_threads_batch=a.threads, verbose=False)
+    tmp = Path(tempfile.mkdtemp(prefix="skilldesk-turn-"))
+    shutil.copytree(RESOURCES / "starter", tmp / "bank" / "Common" / "starter")
+    cfg = Settings()
+    cfg.model.model, cfg.model.n_threads, cfg.model.n_ctx = str(spec.path), a.threads, a.n_ctx
+    cfg.model.temperature = 0.0
+    desk = SkillDesk.open(tmp / "bank", config=cfg)
+    params = GenParams(max_tokens=a.max_tokens, temperature=0.0, seed=a.seed)
+    sent: list[list[dict]] = []
+    worker = desk.worker
+    worker.wait_ready()
+    orig = worker.stream_chat
+
+    def capture(messages, *args, **kw):
+        sent.append([dict(m) for m in messages])
+        return orig(messages, *args, **kw)
+
+    worker.stream_chat = capture  # type: ignore[method-assign]
+
+    def reset() -> None:  # a cold chat prompt; the structured prompts' snapshots stay, as
+        # they do in the app after its first self-filter call (llama_backend.py)
+        raw.reset()
+        worker.submit(lambda b, _c: (b.llm.reset(), b.drop_snapshots(("chat",)))).result()
+
+    from engine.llm.client import LLMClient
+
+    primer = LLMClient(worker)
+
+    def prime() -> None:
+        """The previous turn's self-filter call, on another request: the snapshot then holds
+        the prompt's fixed part and a different request, as in the app (untimed)."""
+        primer.structured("filter", request="Plan a weekend in Lisbon for two.",
+                          skills="1. Travel planner: Plans city trips day by day.")
+
+    def raw_ttft(messages: list[dict]) -> float:
+        s = raw.create_chat_completion(messages=messages, stream=True,
+                                       max_tokens=a.max_tokens, temperature=0.0, seed=a.seed)
+        return _first_chunk(c["choices"][0]["delta"].get("content") for c in s)[0]
+
+    def sd_ttft(text: str, filt: bool) -> tuple[float, Any]:
+        stream = desk.chat([{"role": "user", "content": text}], stream=True, learn=False,
+                           params=params, self_filter=filt)
+        ttft, _ = _first_chunk(stream)
+        return ttft, stream.result
+
+    rows = []
+    try:
+        reset()
+        raw_ttft([{"role": "user", "content": "hi"}])  # warm-up both
+        sd_ttft("hi", False)
+        t0 = time.perf_counter()
+        sd_ttft(REQUESTS["injected"], True)  # the first self-filter call: its prompt is cold
+        cold_filter = time.perf_counter() - t0
+        for label, text in REQUESTS.items():
+            got: dict[str, list[float]] = {"plain": [], "same": [], "nofilter": [],
+                                           "filter": []}
+            info: Any = None
+            for i in range(max(1, a.runs)):
+                order = ("raw", "sd") if i % 2 == 0 else ("sd", "raw")
+                for side in order:
+                    if side == "raw":
+                        reset()
+                        got["plain"].append(raw_ttft([{"role": "user", "content": text}]))
+                    else:
+                        reset()
+                        t, _ = sd_ttft(text, False)
+                        got["nofilter"].append(t)
+                        same = sent[-1]
+                        prime()
+                        reset()
+                        t, info = sd_ttft(text, True)
+                        got["filter"].append(t)
+                        reset()
+                        got["same"].append(raw_ttft(same))
+            med = {k: statistics.median(v) for k, v in got.items()}
+            rows.append((label, text, med, info))
+    finally:
+        desk.close()
+        raw.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    lines = [f"\nWhole turn vs the plain model ({spec.title}; threads {a.threads}, n_ctx "
+             f"{a.n_ctx}, max_tokens {a.max_tokens}, {a.runs} runs, cold KV, medians; plain = "
+             "raw llama on the user message alone; same prompt = raw llama on the messages "
+             "SkillDesk sent (skill block included); target: SkillDesk with the self-filter "
+             "<= 1.25x plain)",
+             f"{'request':<10}{'skills (filter on)':<28}{'filter s':>9}{'plain s':>9}"
+             f"{'same s':>9}{'no filt s':>10}{'filter s':>10}{'x plain':>9}{'x no filt':>10}"]
+    for label, _text, med, info in rows:
+        names = ",".join(s.name for s in info.injected) or "-"
+        fs = info.timings.get("filter_s")
+        lines.append(f"{label:<10}{names[:27]:<28}{(f'{fs:.2f}' if fs else '-'):>9}"
+                     f"{med['plain']:>9.2f}{med['same']:>9.2f}{med['nofilter']:>10.2f}"
+                     f"{med['filter']:>10.2f}{med['filter'] / med['plain']:>8.2f}x"
+                     f"{med['filter'] / med['nofilter']:>9.2f}x")
+    lines += [f"  {label}: {text!r}" for label, text in REQUESTS.items()]
+    lines.append(f"  the very first turn with the self-filter (its prompt not yet in a KV "
+                 f"snapshot), whole turn incl. {a.max_tokens} tokens: {cold_filter:.2f} s")
+    return "\n".join(lines)

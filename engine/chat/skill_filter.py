@@ -1,0 +1,97 @@
+"""The self-filter (SkillX §4): the model decides which retrieved skills apply to a request.
+
+Retrieval's relevance decision (engine/retrieval/relevance.py) is a calibrated score over
+cosine and word coverage; it cannot tell a topical neighbour ("How do I install Rust?" beside a
+skill that writes a lexer in Rust) from the task itself, and on the 120-skill user bank about
+one English off-topic request in five got a skill that way (issue 15). On capable models one
+short constrained call settles it after retrieval:
+
+- it runs only when at least one retrieved skill passed η: a greeting, a thanks or any request
+  nothing matched costs nothing (no call);
+- the prompt (``resources/prompts/filter.md``) holds the request and each candidate's title and
+  description only (not the rules), so it stays around 250 tokens; the answer is grammar-
+  constrained JSON ``{"use": [numbers]}``, about 6 tokens;
+- always-on skills are never judged (the user asked for them on every answer);
+- any failure (garbage JSON, a model error, a stop) keeps the hits as retrieval chose them: a
+  broken filter must not cost the skill that applies.
+
+:mod:`engine.llm.tiers` decides which tiers run it (capable: yes; tiny: no, a 135M model cannot
+judge); ``retrieval.self_filter`` in the settings turns it off. The measurement is in the note
+of issue 15b and ``skilldesk bench retrieval --filter-model``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import Cancelled, SkillDeskError
+from engine.text import clip
+
+log = logging.getLogger("skilldesk.filter")
+
+MAX_CANDIDATES = 3       # the schema's enum: the chat injects at most 3 skills
+DESCRIPTION_CHARS = 160  # per candidate: the prompt stays ~250 tokens with 3 candidates
+REQUEST_CHARS = 400
+
+
+@dataclass
+class FilterResult:
+    hits: list[Any]                      # what the answer gets: kept + the never-judged hits
+    asked: bool = False                  # whether the model was called
+    dropped: list[Any] = field(default_factory=list)
+    answer: list[int] | None = None      # the model's numbers (1-based), None when not asked
+    seconds: float = 0.0
+    error: str = ""
+
+
+def candidates_text(hits: list[Any]) -> str:
+    """``1. Title: description`` per candidate (the rules are left out on purpose)."""
+    lines = []
+    for i, h in enumerate(hits, 1):
+        s = h.skill
+        title = (s.title or s.name or "").strip() or s.name
+        desc = clip(" ".join((s.description or "").split()), DESCRIPTION_CHARS)
+        lines.append(f"{i}. {clip(title, 80)}: {desc}")
+    return "\n".join(lines)
+
+
+def ask(client: Any, request: str, hits: list[Any]) -> list[int]:
+    """The model's answer: the 1-based numbers of the candidates that fit (raises on garbage)."""
+    out = client.structured("filter", request=clip(" ".join(request.split()), REQUEST_CHARS),
+                            skills=candidates_text(hits))
+    use = out.get("use") if isinstance(out, dict) else None
+    if not isinstance(use, list):
+        raise SkillDeskError("the filter answer has no 'use' list")
+    return sorted({int(n) for n in use if isinstance(n, int) and 1 <= n <= len(hits)})
+
+
+def self_filter(client: Any, request: str, hits: list[Any],
+                judged: Callable[[Any], bool] = lambda h: True) -> FilterResult:
+    """Keep the hits the model says fit ``request``. ``judged(hit)``: False for hits that are
+    never judged (always-on skills); they are kept and keep their place. Never raises except
+    :class:`Cancelled` (a Stop of the whole turn)."""
+    cands = [h for h in hits if judged(h)][:MAX_CANDIDATES]
+    res = FilterResult(hits=list(hits))
+    if not cands:
+        return res
+    t0 = time.perf_counter()
+    res.asked = True
+    try:
+        res.answer = ask(client, request, cands)
+    except Cancelled:
+        raise
+    except (SkillDeskError, ValueError, TypeError, KeyError, RuntimeError) as exc:
+        log.info("self-filter failed, the retrieved skills are kept: %s", exc)
+        res.error = clip(str(exc), 160)
+        res.seconds = time.perf_counter() - t0
+        return res
+    res.seconds = time.perf_counter() - t0
+    keep = {id(cands[n - 1]) for n in res.answer}
+    cand_ids = {id(h) for h in cands}
+    res.dropped = [h for h in cands if id(h) not in keep]
+    res.hits = [h for h in hits if id(h) not in cand_ids or id(h) in keep]
+    return res

@@ -1,0 +1,187 @@
+"""The self-filter (engine/chat/skill_filter.py): after retrieval, on models able to judge, one
+short constrained call keeps only the skills that fit the request. Scripted-model tests for its
+logic in the turn, and one test on the recommended Qwen model."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from engine.chat.skill_filter import candidates_text, self_filter
+from engine.desk import SkillDesk
+from engine.errors import StructuredOutputError
+from engine.llm import tiers
+from engine.llm.base import GenParams
+from engine.settings import Settings
+from tests.support import DeskMaker, RecordingOracle, U
+
+TLDR = {"name": "Summary with TL;DR first", "level": "functional",
+        "description": "How the user wants summaries of articles and texts written.",
+        "constraints": ["Start summaries with a one-line TL;DR", "Then the key points as bullets"],
+        "triggers": ["summarize this article", "give me a summary"], "tags": ["summary"]}
+ARTICLE = "Summarize this article about the history of tea in China."
+
+
+@pytest.fixture
+def make_desk(tmp_path, embedder):
+    maker = DeskMaker(tmp_path, embedder)
+    yield lambda llm, skills=(): maker(llm, None, skills)
+    maker.close()
+
+
+class FakeHit:
+    def __init__(self, name, desc):
+        from types import SimpleNamespace
+
+        self.skill = SimpleNamespace(name=name, title=name.title(), description=desc)
+
+
+class Scripted:
+    """An LLMClient stand-in: answers the filter prompt with ``answer`` (or raises it)."""
+
+    def __init__(self, answer):
+        self.answer, self.asked = answer, []
+
+    def structured(self, name, **values):
+        self.asked.append((name, values))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+# ------------------------------------------------------------------------------ the logic
+def test_the_filter_keeps_what_the_model_names_and_shows_titles_and_descriptions_only():
+    hits = [FakeHit("rust-lexer", "Tokenize Python in Rust."), FakeHit("tldr", "TL;DR first.")]
+    client = Scripted({"use": [2, 7, 0]})  # numbers outside 1..n are ignored
+    res = self_filter(client, "Summarize this", hits)
+    assert res.asked and res.answer == [2] and res.hits == [hits[1]]
+    assert res.dropped == [hits[0]]
+    name, values = client.asked[0]
+    assert name == "filter" and values["request"] == "Summarize this"
+    assert values["skills"] == candidates_text(hits) == (
+        "1. Rust-Lexer: Tokenize Python in Rust.\n2. Tldr: TL;DR first.")
+
+
+def test_the_filter_never_judges_always_on_hits_and_keeps_everything_when_it_fails():
+    always, other = FakeHit("house-style", "Always."), FakeHit("tldr", "TL;DR first.")
+    res = self_filter(Scripted({"use": []}), "hi there", [always, other],
+                      judged=lambda h: h is not always)
+    assert res.hits == [always] and res.dropped == [other]
+    # only always-on hits: no call at all
+    client = Scripted({"use": []})
+    res = self_filter(client, "hi", [always], judged=lambda h: h is not always)
+    assert not res.asked and res.hits == [always] and client.asked == []
+    # garbage from the model: the retrieved skills stay (a broken filter must not cost a skill)
+    res = self_filter(Scripted(StructuredOutputError("not JSON")), "x", [other])
+    assert res.asked and res.hits == [other] and res.error
+
+
+def test_only_capable_tiers_run_the_filter():
+    assert tiers.policy("capable").self_filter and tiers.policy("unknown").self_filter
+    assert not tiers.policy("tiny").self_filter
+
+
+# ------------------------------------------------------------------------------ in the turn
+def test_a_skill_the_model_rejects_is_not_injected_and_the_turn_says_so(make_desk):
+    llm = RecordingOracle(reply="Tea came from China.")
+    llm.filter_answer = []
+    desk = make_desk(llm, skills=[TLDR])
+    assert desk.search(ARTICLE)  # retrieval alone would inject it
+    r = desk.chat([U(ARTICLE)], learn=False)
+    assert r.injected == [] and r.filtered_out == ["summary-with-tl-dr-first"]
+    assert "filter_s" in r.timings and r.info()["filtered_out"] == r.filtered_out
+    assert llm.calls.count("filter") == 1
+    assert "TL;DR" not in (llm.sent[-1][0]["content"] if llm.sent[-1][0]["role"] == "system"
+                           else "")
+    # the model says it fits: injected as retrieval chose it
+    llm.filter_answer = [1]
+    r = desk.chat([U(ARTICLE)], learn=False)
+    assert [i.title for i in r.injected] == ["Summary with TL;DR first"]
+    assert r.filtered_out == [] and "one-line TL;DR" in llm.sent[-1][0]["content"]
+
+
+def test_the_filter_never_runs_when_nothing_passes_eta(make_desk):
+    llm = RecordingOracle(reply="Hello!")
+    llm.filter_answer = []
+    desk = make_desk(llm, skills=[TLDR])
+    for text in ("hi", "thanks!", "你好", "What is the capital of Peru?"):
+        assert desk.search(text) == []
+        r = desk.chat([U(text)], learn=False)
+        assert r.injected == [] and "filter_s" not in r.timings
+    assert "filter" not in llm.calls
+
+
+def test_the_setting_and_the_tiny_tier_turn_the_filter_off(make_desk):
+    tiny = RecordingOracle(tier="tiny")
+    tiny.filter_answer = []
+    desk = make_desk(tiny, skills=[TLDR])
+    r = desk.chat([U(ARTICLE)], learn=False)
+    assert r.injected and "filter" not in tiny.calls and "filter_s" not in r.timings
+    capable = RecordingOracle()
+    capable.filter_answer = []
+    desk = make_desk(capable, skills=[TLDR])
+    desk.config.retrieval.self_filter = False
+    r = desk.chat([U(ARTICLE)], learn=False)
+    assert r.injected and "filter" not in capable.calls
+    assert not desk.chat([U(ARTICLE)], learn=False, self_filter=True).injected
+    assert Settings.from_dict({"retrieval": {"self_filter": False}}).retrieval.self_filter is False
+
+
+def test_an_always_on_skill_survives_the_filter(make_desk):
+    llm = RecordingOracle()
+    llm.filter_answer = []
+    desk = make_desk(llm, skills=[TLDR])
+    desk.set_always_on(desk.skills[0], True)
+    r = desk.chat([U(ARTICLE)], learn=False)
+    assert [i.title for i in r.injected] == ["Summary with TL;DR first"]
+    assert "filter" not in llm.calls  # the only hit is always-on: nothing to judge
+
+
+# ------------------------------------------------------------------------------ real model
+NEIGHBOUR_BANK = [
+    {"name": "Python lexer in Rust", "level": "functional",
+     "description": "Implement a simple Python lexer in Rust that tokenizes input code, "
+                    "handling indentation and dedentation tokens.",
+     "constraints": ["Return Option<Token> from next_token", "Emit INDENT/DEDENT tokens"],
+     "triggers": ["write a python lexer in rust", "tokenize python code in rust"],
+     "tags": ["rust", "lexer"]},
+    {"name": "Cover letters", "level": "functional",
+     "description": "Cover letters for job applications in the user's preferred style.",
+     "constraints": ["Keep it under 250 words", "Open with the role and one concrete result"],
+     "triggers": ["write a cover letter", "cover letter for a job"], "tags": ["writing"]},
+]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_qwen_drops_a_topical_neighbour_and_keeps_a_paraphrase(qwen_path, tmp_path, embedder):
+    """On a small bank, a Rust question that is not about writing a lexer passes η (it shares
+    the language) but the recommended model's self-filter drops it; a paraphrased cover-letter
+    request keeps its skill."""
+    from tests.support import seed_skill
+
+    cfg = Settings()
+    cfg.model.model = str(qwen_path)
+    cfg.model.n_threads = 2
+    cfg.model.temperature = 0.0
+    root = tmp_path / "bank"
+    desk = SkillDesk.open(root, config=cfg, create=True, embedder=embedder)
+    try:
+        for d in NEIGHBOUR_BANK:
+            desk.bank.create(seed_skill(d), "default")
+        desk.refresh()
+        neighbour = "In Rust, how do I read a whole file into a String?"
+        paraphrase = ("I'm applying for a barista job at a café; draft the letter that goes "
+                      "with my résumé.")
+        params = GenParams(max_tokens=8, temperature=0.0)
+        assert [h.skill.title for h in desk.search(neighbour)] == ["Python lexer in Rust"]
+        assert [h.skill.title for h in desk.search(paraphrase)] == ["Cover letters"]
+        r = desk.chat([U(neighbour)], learn=False, params=params)
+        assert r.injected == [] and r.filtered_out == ["python-lexer-in-rust"], r.info()
+        assert r.timings["filter_s"] > 0
+        r = desk.chat([U(paraphrase)], learn=False, params=params)
+        assert [i.title for i in r.injected] == ["Cover letters"], r.info()
+    finally:
+        desk.close()
+    shutil.rmtree(root, ignore_errors=True)
