@@ -278,6 +278,41 @@ class LlamaCppBackend(ChatFromStream):
                 raise StructuredOutputError(f"{self.name}: {exc}") from None
         raise AssertionError("unreachable")
 
+    def choice_logprobs(self, messages: list[Message], prefix: str, options: list[str],
+                        cancel: CancelToken | None = None) -> dict[str, float]:
+        """Log-probabilities of each option as the answer's next words after ``prefix``.
+
+        One forward pass, no sampling: the prompt (the chat template's generation prompt, then
+        ``prefix`` such as ``{"kind": "``) is evaluated, reusing the KV prefix shared with the
+        previous call, and each option is scored by its first token (options must start with
+        different tokens; ``ValueError`` otherwise). What a calibrated decision needs: the
+        model's confidence, not only its argmax (a 1.5B model's argmax leans to one class)."""
+        if cancel is not None and cancel.cancelled:
+            raise Cancelled("the choice was stopped")
+        import numpy as np
+
+        llm = self.llm
+        prompt = self._fit(messages, MIN_REPLY_TOKENS)[0]
+        prompt = prompt + llm.tokenize(prefix.encode("utf-8"), add_bos=False, special=False)
+        firsts = {o: llm.tokenize(o.encode("utf-8"), add_bos=False, special=False)[0]
+                  for o in options}
+        if len(set(firsts.values())) != len(firsts):
+            raise ValueError(f"options share a first token: {options}")
+        keep = min(_common_prefix(llm.input_ids[:llm.n_tokens], prompt), len(prompt) - 1)
+        try:
+            llm.n_tokens = keep
+            llm.eval(prompt[keep:])
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(),
+                                           shape=(llm.n_vocab(),)).astype(np.float64)
+        except (RuntimeError, ValueError, OSError) as exc:
+            llm.reset()
+            raise ModelError(f"{self.name}: evaluation failed ({exc})") from exc
+        top = float(logits.max())
+        log_z = top + float(np.log(np.exp(logits - top).sum()))
+        self.last_result = ChatResult(text="", usage=Usage(prompt_tokens=len(prompt)),
+                                      finish_reason="stop", cached_tokens=keep)
+        return {o: float(logits[t]) - log_z for o, t in firsts.items()}
+
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
