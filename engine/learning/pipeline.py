@@ -189,7 +189,7 @@ class Pipeline:
             context += f"{self.llm.prompt('extract', lang).extra.get('earlier', '')}: {earlier}\n\n"
         if w.context and self.llm.tier != "tiny":
             label = "助手上一条回复（仅作背景）" if zh else "Assistant's last reply (context only)"
-            context = f"{label}: {clip(scrub(w.context), 200)}\n\n"
+            context += f"{label}: {clip(scrub(w.context), 200)}\n\n"
         repeated = ", ".join(c.split(":", 1)[1] for c in w.cues if c.startswith("repeated:"))
         if repeated:  # the gate saw it; small models miss a pattern spread over messages
             context += (f"注意：用户在多条消息里要求同一种格式（{repeated}），这是长期偏好。\n\n" if zh
