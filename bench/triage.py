@@ -36,6 +36,11 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--limit", type=int, help="at most N scenarios")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", metavar="FILE", help="also write every scored turn as JSON")
+    p.add_argument("--no-snapshot", action="store_true",
+                   help="do not keep the triage prompt's KV cells between calls (cost baseline)")
+    p.add_argument("--between", action="store_true",
+                   help="evaluate the extraction prompt between two triage calls, as the app "
+                        "does (its cost is not counted), so the KV cache holds another prompt")
     p.add_argument("--bank", help=argparse.SUPPRESS)
     p.add_argument("--user", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -47,8 +52,9 @@ def durable_turn(sc: dict[str, Any], text: str) -> bool:
     return any(e.get("evidence") and normalize(e["evidence"]) in t for e in sc["expect"])
 
 
-def score_turns(pipe: Any, sc: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per user turn: fast-tracked by cues, or the model's probability."""
+def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None) -> list[dict[str, Any]]:
+    """One row per user turn: fast-tracked by cues, or the model's probability. ``between()``
+    runs before each triage call (another prompt in the KV cache, as in the app)."""
     from engine.learning import triage
 
     msgs, rows = sc["messages"], []
@@ -57,7 +63,9 @@ def score_turns(pipe: Any, sc: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         seen: list[tuple[float | None, float]] = []
 
-        def decide(seg: list[Any]) -> None:
+        def decide(seg: list[Any], seen: list[tuple[float | None, float]] = seen) -> None:
+            if between is not None:
+                between(seg)
             t0 = time.perf_counter()
             p, _ = pipe.triage_score(seg)
             seen.append((p, time.perf_counter() - t0))
@@ -102,15 +110,26 @@ def main(argv: list[str] | None = None) -> int:
 
     scenarios = load_scenarios(a.scenarios, None, False, a.limit, a.split)
     spec = registry.resolve(a.model)
-    worker = ModelWorker(LlamaCppBackend(spec, n_threads=a.threads))
+    backend = LlamaCppBackend(spec, n_threads=a.threads)
+    backend.keep_snapshots = not a.no_snapshot
+    worker = ModelWorker(backend)
     rows: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="skilldesk-triage-") as tmp:
             pipe = Pipeline(SkillBank(Path(tmp)), "default", LLMClient(worker,
                                                                      priority=BACKGROUND))
             pipe.checkpoint = lambda: None
+            between = None
+            if a.between:
+                from engine.llm.base import GenParams
+
+                def between(seg: list[Any]) -> None:
+                    turns = "\n".join(f"{i}. {t.text}" for i, t in enumerate(seg, 1))
+                    msgs = pipe.llm.prompt("extract").render(user_turns=turns, context="")
+                    worker.submit_chat(msgs, GenParams(max_tokens=1, temperature=0),
+                                       priority=BACKGROUND).result()
             for sc in scenarios:
-                rows += score_turns(pipe, sc)
+                rows += score_turns(pipe, sc, between)
     finally:
         worker.close()
     print(f"{spec.title}: {len(scenarios)} scenarios"
@@ -118,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     secs = [r["s"] for r in rows if r["p"] is not None]
     if secs:
-        print(f"seconds per scored turn: {sum(secs) / len(secs):.2f}")
+        print(f"seconds per scored turn: {sum(secs) / len(secs):.2f} (prefix snapshot "
+              f"{'off' if a.no_snapshot else 'on'}, {backend.snapshot_hits} hits; another "
+              f"prompt between calls: {'yes' if a.between else 'no'})")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
     return 0

@@ -20,6 +20,7 @@ Not thread-safe: one :class:`~engine.llm.worker.ModelWorker` owns each instance.
 from __future__ import annotations
 
 import codecs
+import ctypes
 import json
 import os
 import random
@@ -91,6 +92,9 @@ class LlamaCppBackend(ChatFromStream):
         self._grammars: dict[str, Any] = {}
         self.last_result: ChatResult | None = None
         self.structured_retries = 0  # answers cut off by max_tokens and asked again
+        self.snapshot_hits = 0  # choice calls that reused the kept prompt-prefix KV cells
+        self.keep_snapshots = True  # False: measure choice calls without the snapshot
+        self._snap: tuple[list[int], bytes] | None = None
 
     # --- the prompt -------------------------------------------------------------------------
     def _make_formatter(self, lcf: Any, use_gguf: bool) -> Any:
@@ -298,20 +302,59 @@ class LlamaCppBackend(ChatFromStream):
                   for o in options}
         if len(set(firsts.values())) != len(firsts):
             raise ValueError(f"options share a first token: {options}")
-        keep = min(_common_prefix(llm.input_ids[:llm.n_tokens], prompt), len(prompt) - 1)
         try:
+            keep = self._restore(prompt)
             llm.n_tokens = keep
             llm.eval(prompt[keep:])
             logits = np.ctypeslib.as_array(llm._ctx.get_logits(),
                                            shape=(llm.n_vocab(),)).astype(np.float64)
+            self._snapshot(prompt)
         except (RuntimeError, ValueError, OSError) as exc:
             llm.reset()
+            self._snap = None
             raise ModelError(f"{self.name}: evaluation failed ({exc})") from exc
         top = float(logits.max())
         log_z = top + float(np.log(np.exp(logits - top).sum()))
         self.last_result = ChatResult(text="", usage=Usage(prompt_tokens=len(prompt)),
                                       finish_reason="stop", cached_tokens=keep)
         return {o: float(logits[t]) - log_z for o, t in firsts.items()}
+
+    # --- the prompt-prefix snapshot of choice calls ------------------------------------------
+    # Triage runs after every user turn with the same ~450-token prefix (instructions and
+    # few-shot pairs), but the call before it is usually another prompt (extraction, a chat
+    # turn), so the KV cache shares nothing with it. The KV cells of the last choice prompt
+    # (sequence 0, no logits; ~29 KB per token on Qwen2.5-1.5B, ~15 MB) are kept and put back
+    # when they share a longer prefix with the next choice prompt than the live cache does.
+    def _snapshot(self, prompt: list[int]) -> None:
+        if not self.keep_snapshots:
+            return
+        lc, ctx = self._lc, self.llm._ctx.ctx
+        size = lc.llama_state_seq_get_size(ctx, 0)
+        buf = (ctypes.c_uint8 * int(size))()
+        n = lc.llama_state_seq_get_data(ctx, buf, size, 0)
+        self._snap = (list(prompt), ctypes.string_at(buf, n)) if n else None
+
+    def _restore(self, prompt: list[int]) -> int:
+        """Tokens of ``prompt`` already in the KV cache (at most all but one), after putting
+        the snapshot back when it covers more of ``prompt`` than the live cache."""
+        llm = self.llm
+        live = _common_prefix(llm.input_ids[:llm.n_tokens], prompt)
+        snap = getattr(self, "_snap", None)
+        if snap is not None:
+            shared = _common_prefix(snap[0], prompt)
+            if shared > live:
+                data = snap[1]
+                llm._ctx.kv_cache_clear()
+                buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+                if self._lc.llama_state_seq_set_data(llm._ctx.ctx, buf, len(data), 0):
+                    llm.input_ids[:len(snap[0])] = snap[0]
+                    llm.n_tokens = len(snap[0])
+                    self.snapshot_hits += 1
+                    live = shared
+                else:  # could not restore: start clean
+                    llm.n_tokens, live, self._snap = 0, 0, None
+                    llm._ctx.kv_cache_clear()
+        return min(live, len(prompt) - 1)
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None
