@@ -11,6 +11,7 @@ import pytest
 from engine.bank.store import SkillBank
 from engine.learning import Pipeline
 from engine.learning.triage import user_turns
+from engine.llm.base import GenParams
 from engine.llm.client import LLMClient
 from engine.llm.llama_backend import LlamaCppBackend
 from engine.llm.registry import resolve
@@ -32,6 +33,21 @@ def pipeline(qwen_path, tmp_path_factory):
 
 def decide(pipeline, *said: str) -> str | None:
     return pipeline._triage(user_turns([{"role": "user", "content": s} for s in said]))
+
+
+def test_qwen_triage_is_a_probability_that_ranks_what_lasts_above_a_question(pipeline):
+    turns = lambda s: user_turns([{"role": "user", "content": s}])  # noqa: E731
+    firm, kind = pipeline.triage_score(turns("I never eat meat, I'm vegetarian for life."))
+    question, _ = pipeline.triage_score(turns("What's the capital of Australia?"))
+    assert 0.0 <= question < firm <= 1.0 and kind in {"constraint", "preference", "rule"}
+    worker = pipeline.llm.target
+    hits = worker.backend.snapshot_hits
+    worker.submit_chat([{"role": "user", "content": "Say hi."}],  # another prompt in the cache
+                       GenParams(max_tokens=2, temperature=0)).result()
+    probs = pipeline.llm.choice("triage", "kind", user_turns="1. What's the capital of Australia?")
+    assert abs(sum(probs.values()) - 1.0) < 1e-6
+    assert abs(1.0 - probs["none"] - question) < 1e-3  # the same answer from the kept prefix
+    assert worker.backend.snapshot_hits == hits + 1
 
 
 def test_qwen_triage_keeps_what_lasts(pipeline):
