@@ -45,6 +45,8 @@ from engine.llm.registry import ModelSpec
 from engine.llm.structured import check_schema, parse_and_validate
 
 MIN_REPLY_TOKENS = 16  # when the prompt barely fits, still leave room for this many tokens
+MAX_SNAPSHOTS = 3  # prompt-prefix KV snapshots kept (triage, extraction, one more)
+SAME_PROMPT_TOKENS = 32  # a snapshot sharing this many leading tokens is of the same prompt
 
 
 def default_threads() -> int:
@@ -94,7 +96,7 @@ class LlamaCppBackend(ChatFromStream):
         self.structured_retries = 0  # answers cut off by max_tokens and asked again
         self.snapshot_hits = 0  # choice calls that reused the kept prompt-prefix KV cells
         self.keep_snapshots = True  # False: measure choice calls without the snapshot
-        self._snap: tuple[list[int], bytes] | None = None
+        self._snaps: list[tuple[list[int], bytes]] = []  # newest last, at most MAX_SNAPSHOTS
 
     # --- the prompt -------------------------------------------------------------------------
     def _make_formatter(self, lcf: Any, use_gguf: bool) -> Any:
@@ -174,7 +176,8 @@ class LlamaCppBackend(ChatFromStream):
         prompt, stops, n_trimmed, max_new = self._fit(messages, max_tokens)
         stops = [*params.stop, *stops]
         llm = self.llm
-        cached = _common_prefix(llm.input_ids[:llm.n_tokens], prompt)
+        cached = self._restore(prompt) if grammar is not None else \
+            _common_prefix(llm.input_ids[:llm.n_tokens], prompt)
         llm.set_seed(params.seed if params.seed is not None else random.getrandbits(31))
         result = ChatResult(text="", usage=Usage(prompt_tokens=len(prompt)), finish_reason="length",
                             trimmed_messages=n_trimmed, cached_tokens=min(cached, len(prompt) - 1))
@@ -268,6 +271,8 @@ class LlamaCppBackend(ChatFromStream):
                 pass
             result = self.last_result
             assert result is not None
+            if result.finish_reason != "cancelled":
+                self._snapshot()
             if result.finish_reason == "cancelled":
                 raise Cancelled("the structured call was stopped")
             try:
@@ -303,15 +308,15 @@ class LlamaCppBackend(ChatFromStream):
         if len(set(firsts.values())) != len(firsts):
             raise ValueError(f"options share a first token: {options}")
         try:
-            keep = self._restore(prompt)
+            keep = min(self._restore(prompt), len(prompt) - 1)
             llm.n_tokens = keep
             llm.eval(prompt[keep:])
             logits = np.ctypeslib.as_array(llm._ctx.get_logits(),
                                            shape=(llm.n_vocab(),)).astype(np.float64)
-            self._snapshot(prompt)
+            self._snapshot()
         except (RuntimeError, ValueError, OSError) as exc:
             llm.reset()
-            self._snap = None
+            self._snaps = []
             raise ModelError(f"{self.name}: evaluation failed ({exc})") from exc
         top = float(logits.max())
         log_z = top + float(np.log(np.exp(logits - top).sum()))
@@ -319,42 +324,49 @@ class LlamaCppBackend(ChatFromStream):
                                       finish_reason="stop", cached_tokens=keep)
         return {o: float(logits[t]) - log_z for o, t in firsts.items()}
 
-    # --- the prompt-prefix snapshot of choice calls ------------------------------------------
+    # --- prompt-prefix snapshots of background calls ----------------------------------------
     # Triage runs after every user turn with the same ~450-token prefix (instructions and
-    # few-shot pairs), but the call before it is usually another prompt (extraction, a chat
-    # turn), so the KV cache shares nothing with it. The KV cells of the last choice prompt
-    # (sequence 0, no logits; ~29 KB per token on Qwen2.5-1.5B, ~15 MB) are kept and put back
-    # when they share a longer prefix with the next choice prompt than the live cache does.
-    def _snapshot(self, prompt: list[int]) -> None:
+    # few-shot pairs), extraction with its own ~700, but the call before each is usually
+    # another prompt, so the live KV cache shares nothing with it (measured: 11.6 s per triage
+    # call under load with an extraction prompt between calls, 1.5 s with the snapshot). The KV
+    # cells of the last structured/choice prompt of each kind (sequence 0, no logits; ~29 KB per
+    # token on Qwen2.5-1.5B) are kept and put back when they share a longer prefix with the
+    # next prompt than the live cache does. Chat answers are never kept.
+    def _snapshot(self) -> None:
         if not self.keep_snapshots:
             return
-        lc, ctx = self._lc, self.llm._ctx.ctx
+        llm = self.llm
+        tokens = [int(t) for t in llm.input_ids[:llm.n_tokens]]
+        lc, ctx = self._lc, llm._ctx.ctx
         size = lc.llama_state_seq_get_size(ctx, 0)
         buf = (ctypes.c_uint8 * int(size))()
         n = lc.llama_state_seq_get_data(ctx, buf, size, 0)
-        self._snap = (list(prompt), ctypes.string_at(buf, n)) if n else None
+        if not n:
+            return
+        self._snaps = [sn for sn in self._snaps
+                       if _common_prefix(sn[0], tokens) < SAME_PROMPT_TOKENS]
+        self._snaps = [*self._snaps, (tokens, ctypes.string_at(buf, n))][-MAX_SNAPSHOTS:]
 
     def _restore(self, prompt: list[int]) -> int:
-        """Tokens of ``prompt`` already in the KV cache (at most all but one), after putting
-        the snapshot back when it covers more of ``prompt`` than the live cache."""
+        """Tokens of ``prompt`` already in the KV cache, after putting back the snapshot that
+        covers more of ``prompt`` than the live cache (if any)."""
         llm = self.llm
         live = _common_prefix(llm.input_ids[:llm.n_tokens], prompt)
-        snap = getattr(self, "_snap", None)
-        if snap is not None:
-            shared = _common_prefix(snap[0], prompt)
-            if shared > live:
-                data = snap[1]
-                llm._ctx.kv_cache_clear()
-                buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-                if self._lc.llama_state_seq_set_data(llm._ctx.ctx, buf, len(data), 0):
-                    llm.input_ids[:len(snap[0])] = snap[0]
-                    llm.n_tokens = len(snap[0])
-                    self.snapshot_hits += 1
-                    live = shared
-                else:  # could not restore: start clean
-                    llm.n_tokens, live, self._snap = 0, 0, None
-                    llm._ctx.kv_cache_clear()
-        return min(live, len(prompt) - 1)
+        best = max(self._snaps, key=lambda sn: _common_prefix(sn[0], prompt), default=None)
+        if best is None or _common_prefix(best[0], prompt) <= live:
+            return live
+        tokens, data = best
+        llm._ctx.kv_cache_clear()
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if self._lc.llama_state_seq_set_data(llm._ctx.ctx, buf, len(data), 0):
+            llm.input_ids[:len(tokens)] = tokens
+            llm.n_tokens = len(tokens)
+            self.snapshot_hits += 1
+            return _common_prefix(tokens, prompt)
+        llm.n_tokens = 0  # could not restore: start clean
+        llm._ctx.kv_cache_clear()
+        self._snaps = []
+        return 0
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None
