@@ -23,7 +23,7 @@ from engine.learning import triage
 from engine.learning.candidate import Candidate
 from engine.learning.checks import known_already, repair_merge, union, vet_candidate
 from engine.learning.events import Action
-from engine.learning.rules import named_tools, rule_extract
+from engine.learning.rules import named_tools, own_sentence, rule_extract
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.text import clip, content_tokens, coverage, jaccard, language, normalize, scrub
@@ -104,7 +104,17 @@ class Pipeline:
             vetted = []
             for c in candidates:
                 c.fixing = fixing
+                said = list(c.constraints)
                 why = vet_candidate(c, w.user_text, w.assistant_text, texts)
+                if why and why.startswith("no rule grounded"):
+                    # the model paraphrased the user too far (Qwen-1.5B on the tune half:
+                    # "Use phrases like 'matey'" for "talk to me like a cheerful pirate", "不推荐
+                    # 辣的食物" for "我完全不能吃辣"): the user's own sentence of the evidence
+                    # turn that says the same thing is the rule, never anything they did not say
+                    own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
+                    if own is not None:
+                        c.constraints = [own]
+                        why = vet_candidate(c, w.user_text, w.assistant_text, texts)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:

@@ -168,3 +168,34 @@ def test_bench_triage_labels_turns_by_the_evidence_and_tabulates_bars():
     out = table(rows, bars=(0.5, 0.7))
     assert "0.5   | 1/1 (1.00)" in out and "| 1/1 (1.00)" in out.splitlines()[3]
     assert out.splitlines()[4].endswith("0/1")  # at 0.7 the one-off is no longer let through
+
+
+# ------------------------------------------------------------------------------ grounding
+def test_own_sentence_picks_the_users_sentence_that_says_the_paraphrased_rule():
+    from engine.learning.rules import own_sentence
+
+    said = ["Let's make this fun. Talk to me like a cheerful pirate in every reply, matey."]
+    assert own_sentence(["Keep the tone cheerful", "Say 'matey'"], said) == \
+        "Talk to me like a cheerful pirate in every reply, matey."
+    assert own_sentence(["不推荐辣的食物"], ["我完全不能吃辣。"]) == "我完全不能吃辣。"
+    assert own_sentence(["No technical jargon"], ["Explain what a mortgage is."]) is None
+    assert own_sentence(["Titles as questions"], ["Can titles be questions?"]) is None
+    assert own_sentence(["Use three sections: Decisions, Action items"],  # one word: a request
+                        ["Turn these notes into meeting minutes: action needed."]) is None
+
+
+class Paraphrase(OracleLLM):
+    def _extract(self, prompt):
+        return {"skills": [{"name": "Spice level", "description": "No spicy food.",
+                            "constraints": ["不推荐辣的食物"], "goal": "", "workflow": [],
+                            "triggers": ["推荐菜"], "tags": [], "examples": [],
+                            "level": "functional", "confidence": 0.9}]}
+
+
+def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_path):
+    sc = {"expect": [{"outcome": "add", "evidence": "不能吃辣"}]}
+    bank = SkillBank(tmp_path / "bank")
+    actions = Pipeline(bank, "default", LLMClient(Paraphrase(sc))).run(
+        [U("我完全不能吃辣。")], "turn")
+    assert [a.kind for a in actions] == ["add"]
+    assert "我完全不能吃辣" in actions[0].skill.instructions
