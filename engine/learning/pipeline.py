@@ -23,7 +23,7 @@ from engine.learning import triage
 from engine.learning.candidate import Candidate
 from engine.learning.checks import known_already, repair_merge, union, vet_candidate
 from engine.learning.events import Action
-from engine.learning.rules import named_tools, rule_extract
+from engine.learning.rules import named_tools, own_sentence, rule_extract
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.text import clip, content_tokens, coverage, jaccard, language, normalize, scrub
@@ -104,7 +104,17 @@ class Pipeline:
             vetted = []
             for c in candidates:
                 c.fixing = fixing
+                said = list(c.constraints)
                 why = vet_candidate(c, w.user_text, w.assistant_text, texts)
+                if why and why.startswith("no rule grounded"):
+                    # the model paraphrased the user too far (Qwen-1.5B on the tune half:
+                    # "Use phrases like 'matey'" for "talk to me like a cheerful pirate", "不推荐
+                    # 辣的食物" for "我完全不能吃辣"): the user's own sentence of the evidence
+                    # turn that says the same thing is the rule, never anything they did not say
+                    own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
+                    if own is not None:
+                        c.constraints = [own]
+                        why = vet_candidate(c, w.user_text, w.assistant_text, texts)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:
@@ -142,22 +152,34 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------ triage
     def _triage(self, turns: list[triage.UserTurn]) -> str | None:
-        """The model's one-word decision: does the newest turn hold anything durable?
+        """The model's decision: does the newest turn hold anything durable? (its kind, or None)
 
-        A short prompt (``triage.md``) with a constrained ``{"kind": ...}`` answer at background
-        priority; an unusable answer is "nothing" (the cost of a miss is one lost rule, the cost
-        of a false yes one extraction call whose checks still stand)."""
+        A short prompt (``triage.md``) read as a calibrated score, not as the model's one-word
+        argmax: the probability mass the model puts on the durable kinds (one forward pass,
+        :meth:`LLMClient.choice`) must reach ``triage.DURABLE_MIN_P``. Qwen2.5-Coder-1.5B's
+        argmax answered a durable kind to plain requests ("Explain the CAP theorem": 3 junk
+        writes in 6 held-out one-offs); the bar is fitted on the tune half
+        (``skilldesk bench triage``). An unusable answer is "nothing" (the cost of a miss is one
+        lost rule, the cost of a false yes one extraction call whose checks still stand)."""
+        p, kind = self.triage_score(turns)
+        return kind if p is not None and p >= triage.DURABLE_MIN_P else None
+
+    def triage_score(self, turns: list[triage.UserTurn]) -> tuple[float | None, str | None]:
+        """(probability that the newest turn holds something durable, the likeliest durable
+        kind); (None, None) when the model gave no usable answer."""
         self.checkpoint()
         numbered = "\n".join(f"{i}. {clip(scrub(t.text), 300)}" for i, t in enumerate(turns, 1))
         try:
-            out = self.llm.structured("triage", user_turns=numbered)
+            probs = self.llm.choice("triage", "kind", user_turns=numbered)
         except Cancelled:
             raise
-        except SkillDeskError as exc:
+        except (SkillDeskError, ValueError) as exc:
             log.info("evolution: triage failed (%s); nothing learned from this turn", exc)
-            return None
-        kind = str(out.get("kind") or "none")
-        return None if kind == "none" else kind
+            return None, None
+        durable = {k: v for k, v in probs.items() if k != "none"}
+        if not durable:
+            return None, None
+        return sum(durable.values()), max(durable, key=durable.get)
 
     # ------------------------------------------------------------------------------ extract
     def extract(self, w: triage.Window) -> tuple[list[Candidate], Action | None]:
@@ -165,13 +187,19 @@ class Pipeline:
             return rule_extract(w), None
         if self.policy["extract"] == "off":
             return [], Action("discard", reason="learning is off for this model", step="extract")
-        turns = "\n".join(f"{i}. {scrub(t.text)}" for i, t in enumerate(w.turns, 1))
+        evidence = w.turns[w.focus:] if self.llm.tier != "tiny" else w.turns
+        turns = "\n".join(f"{i}. {scrub(t.text)}" for i, t in enumerate(evidence, 1))
         lang = language(w.user_text)
         zh = lang == "zh"
         context = ""
+        if len(evidence) < len(w.turns):  # the triaged turn is the evidence; earlier requests
+            # only say what task it was about (Qwen-1.5B answered [] after a yes when they
+            # were numbered as evidence: a plain request there looks like its one-off example)
+            earlier = " / ".join(clip(scrub(t.text), 160) for t in w.turns[:w.focus][-2:])
+            context += f"{self.llm.prompt('extract', lang).extra.get('earlier', '')}: {earlier}\n\n"
         if w.context and self.llm.tier != "tiny":
             label = "助手上一条回复（仅作背景）" if zh else "Assistant's last reply (context only)"
-            context = f"{label}: {clip(scrub(w.context), 200)}\n\n"
+            context += f"{label}: {clip(scrub(w.context), 200)}\n\n"
         repeated = ", ".join(c.split(":", 1)[1] for c in w.cues if c.startswith("repeated:"))
         if repeated:  # the gate saw it; small models miss a pattern spread over messages
             context += (f"注意：用户在多条消息里要求同一种格式（{repeated}），这是长期偏好。\n\n" if zh
@@ -264,6 +292,9 @@ class Pipeline:
                 return "add", None, (f"{reason} — overruled: {n.skill.title} is about "
                                      f"{', '.join(sorted(theirs))}, this about "
                                      f"{', '.join(sorted(mine))}")
+            if not shares_task(c, n.skill):
+                return "add", None, (f"{reason} — overruled: {n.skill.title} shares no word "
+                                     "with this skill's task")
             return "merge", n, reason
         return action, None, reason
 
@@ -349,6 +380,32 @@ class Pipeline:
             self.refresh([Path(skill.path)])
         except Exception as exc:  # the index is a cache; a failed refresh must not lose the write
             log.warning("evolution: reindex of %s failed: %s", skill.path, exc)
+
+
+# Words of how a rule is said, not of what task it is about ("avoid gluten" and "avoid
+# jumping" share no task); the veto below ignores them.
+RULE_WORDS = frozenset(content_tokens(
+    "avoid avoids prefer prefers preference use uses using always never keep make like likes "
+    "want wants write writes give answer answers reply replies respond response user style "
+    "rule rules please instead only every each good new way thing things"))
+
+
+def shares_task(c: Candidate, target: Skill) -> bool:
+    """Whether a candidate and a skill can be about the same task: a task word of the
+    candidate (name, triggers, tags) occurs somewhere in the skill, or a task word of the skill
+    (title, description, triggers, tags) occurs somewhere in the candidate; words of how a rule
+    is said (``RULE_WORDS``) do not count.
+
+    A veto on the judge's "merge", independent of retrieval scores: with one skill in the bank
+    its fused score is high whatever it says, and Qwen2.5-1.5B merged all 9 PrefEval
+    preferences it wrote (diet, learning style, travel…) into one workout skill."""
+    theirs = Candidate.from_skill(target)
+    mine = content_tokens("\n".join([c.name, *c.triggers, *c.tags])) - RULE_WORDS
+    if mine & content_tokens(theirs.text):
+        return True
+    task = content_tokens("\n".join([target.title or target.name, target.description,
+                                     *target.triggers, *target.tags])) - RULE_WORDS
+    return bool(task & content_tokens(c.text))
 
 
 def _same_rules(a: Candidate, b: Candidate) -> bool:

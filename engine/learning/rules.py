@@ -15,7 +15,7 @@ import re
 
 from engine.learning.candidate import Candidate
 from engine.learning.triage import Window
-from engine.text import clip, content_tokens, language, normalize, scrub
+from engine.text import ZH_STOP, clip, content_tokens, language, normalize, scrub
 
 # A cue about the future makes a rule even inside a question ("could you do X from now on?").
 _FUTURE = re.compile(
@@ -176,3 +176,26 @@ def rule_extract(w: Window) -> list[Candidate]:
                   constraints=rules[:6], triggers=triggers + [name], tags=[], level=level,
                   confidence=0.6, level_guessed=True)
     return [c]
+
+
+def own_sentence(rules: list[str], turns: list[str]) -> str | None:
+    """The user's own sentence (of ``turns``) that says most of what the model's ``rules`` say,
+    quotes and questions left out; None when no sentence shares two words (or Chinese
+    characters) with them (one shared word is how a request overlaps a rule about it:
+    "Turn these notes into meeting minutes" vs a rule of a "Meeting minutes" skill). For a rule the model paraphrased too far from the user's words to be
+    grounded ("不推荐辣的食物" for "我完全不能吃辣"): the user's sentence is grounded by definition."""
+    def toks(x: str) -> set[str]:
+        cjk = {ch for ch in normalize(x) if "\u4e00" <= ch <= "\u9fff" and ch not in ZH_STOP}
+        return content_tokens(x) | cjk
+
+    said = toks("\n".join(rules))
+    best, best_n = None, 1
+    for turn in turns:
+        for m in _SENTENCE.finditer(turn):
+            sent = _QUOTED.sub(" ", m[0]).strip(" ,;；")
+            if not sent or _QUESTION.search(sent):
+                continue
+            n = len(toks(sent) & said)
+            if n > best_n:
+                best, best_n = sent, n
+    return best

@@ -31,6 +31,12 @@ MAX_WINDOW_TURNS = 6
 MAX_TURN_CHARS = 600
 TRIAGE_TURNS = 4  # user turns the triage reads (the newest and up to three before it)
 TRIAGE_CALLS = 3  # whole conversations: triage at most the last N turns of a segment
+# The model's probability of a durable kind (1 - P("none") after '{"kind": "') that counts as
+# "yes". Fitted with `skilldesk bench triage --split tune` on Qwen2.5-Coder-1.5B (46 user turns
+# of the people set's tune half that no cue word fast-tracks, 22 durable): 0.62 has the best
+# balanced accuracy (0.80: 17/22 durable turns let through, 4/24 others, 1 of 6 one-off chats);
+# at 0.5 — about the model's argmax — 15/24 others got through. AUC 0.89 with this prompt.
+DURABLE_MIN_P = 0.62
 
 _EN_PREFERENCE = [
     r"\bfrom now on\b", r"\bgoing forward\b", r"\bfrom here on\b", r"\bin (the )?future\b",
@@ -141,6 +147,8 @@ class Window:
     context: str = ""  # the assistant reply before the newest turn (context, never evidence)
     cues: list[str] = field(default_factory=list)
     assistant_text: str = ""  # every assistant reply in the window's span (for junk checks)
+    focus: int = 0  # turns before this index are context, not evidence (the model's triage
+    #                 judged the newest turn alone; earlier requests are what it was about)
 
     @property
     def user_text(self) -> str:
@@ -224,7 +232,11 @@ def windows(messages: list[dict], mode: str = "turn",
     out = []
     for seg in segs:
         seg = seg[-MAX_WINDOW_TURNS:]
-        cues = _cues(seg, newest_only=(mode == "turn")) or _decided(seg, mode, decide)
+        cues = _cues(seg, newest_only=(mode == "turn"))
+        focus = 0
+        if not cues:
+            cues = _decided(seg, mode, decide)
+            focus = len(seg) - 1 if mode == "turn" else 0
         if not cues:
             continue
         first, last = seg[0].index, seg[-1].index
@@ -233,5 +245,5 @@ def windows(messages: list[dict], mode: str = "turn",
         before = [str(m.get("content") or "") for m in messages[first:last]
                   if m.get("role") == "assistant"]
         out.append(Window(turns=seg, context=before[-1] if before else "", cues=cues,
-                          assistant_text="\n".join(assistant)))
+                          assistant_text="\n".join(assistant), focus=focus))
     return out

@@ -8,6 +8,7 @@ A stopped job (``close()``/``cancel()``) raises :class:`~engine.errors.Cancelled
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -60,12 +61,45 @@ class LLMClient:
         messages = p.render(**values)
         params = GenParams(max_tokens=p.max_tokens, temperature=p.temperature,
                            seed=0 if not p.temperature else None)
+        return self._call(name, lambda b, c: b.structured(messages, p.schema or {}, params, c))
+
+    def choice(self, name: str, field: str, *, lang: str | None = None,
+               **values: Any) -> dict[str, float]:
+        """The probability of each value of the enum ``field`` of prompt ``name``'s answer
+        (``{"field": "<value>"}``), renormalised over the values.
+
+        On a backend that exposes ``choice_logprobs`` (llama.cpp) this is one forward pass
+        and gives the model's confidence; elsewhere the structured answer counts as
+        probability 1 for the value it picked."""
+        p = self.prompt(name, lang)
+        messages = p.render(**values)
+        options = [str(o) for o in
+                   ((p.schema or {}).get("properties", {}).get(field, {}).get("enum") or [])]
+        if not options:
+            raise ValueError(f"prompt {name!r} has no enum field {field!r}")
+        prefix = '{"' + field + '": "'
+        params = GenParams(max_tokens=p.max_tokens, temperature=p.temperature,
+                           seed=0 if not p.temperature else None)
+
+        def run(backend: Any, cancel: CancelToken) -> dict[str, float]:
+            scorer = getattr(backend, "choice_logprobs", None)
+            if scorer is not None:
+                logp = scorer(messages, prefix, options, cancel)
+                top = max(logp.values())
+                w = {o: math.exp(v - top) for o, v in logp.items()}
+                z = sum(w.values())
+                return {o: v / z for o, v in w.items()}
+            out = backend.structured(messages, p.schema or {}, params, cancel)
+            return {o: 1.0 if out.get(field) == o else 0.0 for o in options}
+
+        return self._call(name, run)
+
+    def _call(self, name: str, run: Any) -> Any:
         t0 = time.perf_counter()
         ok = False
         try:
             if isinstance(self.target, ModelWorker):
-                job = self.target.submit_structured(messages, p.schema or {}, params,
-                                                    priority=self.priority)
+                job = self.target.submit(run, priority=self.priority, kind="structured")
                 with self._lock:
                     if self._closed:
                         job.cancel()
@@ -76,7 +110,7 @@ class LLMClient:
                     with self._lock:
                         self._jobs.discard(job)
             else:
-                out = self.target.structured(messages, p.schema or {}, params, CancelToken())
+                out = run(self.target, CancelToken())
             ok = True
             return out
         finally:

@@ -13,14 +13,16 @@ How it runs a turn:
   leaves ``Llama`` consistent (the next call just reuses the valid prefix);
 - ``structured`` adds a grammar compiled from the JSON schema (llama.cpp constrained decoding),
   then validates with jsonschema;
-- KV snapshots (issue 15b): llama.cpp keeps one KV cache, so a short structured call between
-  two chat turns (the self-filter, the rewrite) would evict the chat's cached prefix, and the
-  chat would evict the structured prompt's fixed instructions and examples. After each call
-  the KV of its tokens is copied aside (``llama_state_seq_get_data``, ~28 KB per token for
-  Qwen2.5-1.5B), one snapshot per kind of call (the chat, each structured schema), at most
-  ``KV_SNAPSHOTS``; before a call, the snapshot sharing the longest prefix with the new prompt
-  is restored when it beats the live cache by ``MIN_SNAPSHOT_GAIN`` tokens. On the 2-core box
-  the self-filter's ~230 fixed tokens cost ~8 s to evaluate; restoring them takes milliseconds.
+- KV snapshots: llama.cpp keeps one KV cache, so every call evicts the previous one's
+  prefix: a self-filter call between two chat turns costs the chat its cached prefix, and a
+  learning turn (triage, then extraction) evaluates each fixed prompt (instructions and
+  few-shot pairs, 250-700 tokens) from scratch. After each call the KV cells of its tokens are
+  copied aside (``llama_state_seq_get_data``, ~28 KB per token on Qwen2.5-1.5B); a snapshot
+  replaces the older one of the same prompt (``SAME_PROMPT_TOKENS`` leading tokens shared),
+  the least recently used go first beyond ``MAX_SNAPSHOTS`` or ``SNAPSHOT_BYTES``. Before a
+  call, the snapshot sharing the longest prefix with the new prompt is put back when it beats
+  the live cache by ``MIN_SNAPSHOT_GAIN`` tokens. Measured on the 2-core box: the self-filter
+  call 12 s -> 2 s, a triage call under load 11.6 s -> 1.5 s; restoring takes milliseconds.
 
 Not thread-safe: one :class:`~engine.llm.worker.ModelWorker` owns each instance.
 """
@@ -53,9 +55,11 @@ from engine.llm.registry import ModelSpec
 from engine.llm.structured import check_schema, parse_and_validate
 
 MIN_REPLY_TOKENS = 16  # when the prompt barely fits, still leave room for this many tokens
-KV_SNAPSHOTS = 3       # KV snapshots kept: the chat's and two structured prompts' (see above)
-MIN_SNAPSHOT_GAIN = 32  # a snapshot is restored only when it saves this many prompt tokens
-MAX_SNAPSHOT_TOKENS = 3000  # longer prompts are not copied aside (~84 MB for Qwen2.5-1.5B)
+MAX_SNAPSHOTS = 6  # the chat, the self-filter, triage, extraction, judge, merge
+SNAPSHOT_BYTES = 256 * 2**20  # all snapshots together (the chat's alone can reach ~84 MB)
+MAX_SNAPSHOT_TOKENS = 3000  # longer prompts are not copied aside
+MIN_SNAPSHOT_GAIN = 32  # a snapshot is put back only when it saves this many prompt tokens
+SAME_PROMPT_TOKENS = 32  # two snapshots sharing this many leading tokens are of one prompt
 
 
 def default_threads() -> int:
@@ -103,8 +107,10 @@ class LlamaCppBackend(ChatFromStream):
         self._grammars: dict[str, Any] = {}
         self.last_result: ChatResult | None = None
         self.structured_retries = 0  # answers cut off by max_tokens and asked again
-        self._snapshots: dict[str, tuple[Any, bytes]] = {}  # kind -> (token ids, KV bytes)
-        self.snapshot_hits = 0  # prompts that started from a restored snapshot
+        self.snapshot_hits = 0  # calls that started from a snapshot put back
+        self.keep_snapshots = True  # False: measure calls without snapshots (bench triage)
+        # (kind, token ids, KV bytes), least recently used first; kind: "chat" or "structured"
+        self._snaps: list[tuple[str, list[int], bytes]] = []
 
     # --- the prompt -------------------------------------------------------------------------
     def _make_formatter(self, lcf: Any, use_gguf: bool) -> Any:
@@ -176,53 +182,6 @@ class LlamaCppBackend(ChatFromStream):
                     cancel: CancelToken | None = None) -> Iterator[str]:
         return self._generate(messages, params or GenParams(), cancel, grammar=None)
 
-    # --- KV snapshots (see the module docstring) ---------------------------------------------
-    def _snapshot(self, kind: str) -> None:
-        llm, lc = self.llm, self._lc
-        n = int(llm.n_tokens)
-        if n < MIN_SNAPSHOT_GAIN or n > MAX_SNAPSHOT_TOKENS:
-            self._snapshots.pop(kind, None)
-            return
-        size = int(lc.llama_state_seq_get_size(llm._ctx.ctx, 0))
-        buf = (ctypes.c_uint8 * size)()
-        got = int(lc.llama_state_seq_get_data(llm._ctx.ctx, buf, size, 0))
-        if got <= 0 or got > size:
-            return
-        self._snapshots.pop(kind, None)
-        self._snapshots[kind] = (llm.input_ids[:n].copy(), bytes(buf)[:got])
-        while len(self._snapshots) > KV_SNAPSHOTS:  # dicts keep insertion order: drop oldest
-            self._snapshots.pop(next(iter(self._snapshots)))
-
-    def drop_snapshots(self, kinds: tuple[str, ...] | None = None) -> None:
-        """Forget the snapshots of these kinds ("chat", ...), or all (a benchmark's cold
-        prompt: ``llm.reset()`` alone would let a snapshot of the same prompt be restored)."""
-        for k in list(self._snapshots) if kinds is None else kinds:
-            self._snapshots.pop(k, None)
-
-    def _restore(self, prompt: list[int]) -> int:
-        """Restore the snapshot sharing the longest prefix with ``prompt`` when it beats the
-        live cache; returns the prefix length the KV cache now holds."""
-        llm, lc = self.llm, self._lc
-        live = _common_prefix(llm.input_ids[:llm.n_tokens], prompt)
-        best, pick = live + MIN_SNAPSHOT_GAIN - 1, None
-        for ids, data in self._snapshots.values():
-            n = _common_prefix(ids, prompt)
-            if n > best:
-                best, pick = n, (ids, data)
-        if pick is None:
-            return live
-        ids, data = pick
-        llm._ctx.kv_cache_seq_rm(-1, 0, -1)
-        src = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        if int(lc.llama_state_seq_set_data(llm._ctx.ctx, src, len(data), 0)) != len(data):
-            llm.reset()  # a failed restore must not leave a half-valid cache
-            return 0
-        llm.input_ids[:len(ids)] = ids
-        llm.n_tokens = len(ids)
-        llm._requires_eval = True
-        self.snapshot_hits += 1
-        return best
-
     def _generate(self, messages: list[Message], params: GenParams, cancel: CancelToken | None,
                   grammar: Any) -> Iterator[str]:
         t0 = time.perf_counter()
@@ -231,7 +190,7 @@ class LlamaCppBackend(ChatFromStream):
         prompt, stops, n_trimmed, max_new = self._fit(messages, max_tokens)
         stops = [*params.stop, *stops]
         llm = self.llm
-        kind = "chat" if grammar is None else f"structured:{id(grammar)}"
+        kind = "chat" if grammar is None else "structured"
         cached = self._restore(prompt)
         llm.set_seed(params.seed if params.seed is not None else random.getrandbits(31))
         result = ChatResult(text="", usage=Usage(prompt_tokens=len(prompt)), finish_reason="length",
@@ -342,6 +301,94 @@ class LlamaCppBackend(ChatFromStream):
                     continue
                 raise StructuredOutputError(f"{self.name}: {exc}") from None
         raise AssertionError("unreachable")
+
+    def choice_logprobs(self, messages: list[Message], prefix: str, options: list[str],
+                        cancel: CancelToken | None = None) -> dict[str, float]:
+        """Log-probabilities of each option as the answer's next words after ``prefix``.
+
+        One forward pass, no sampling: the prompt (the chat template's generation prompt, then
+        ``prefix`` such as ``{"kind": "``) is evaluated, reusing the KV prefix shared with the
+        previous call, and each option is scored by its first token (options must start with
+        different tokens; ``ValueError`` otherwise). What a calibrated decision needs: the
+        model's confidence, not only its argmax (a 1.5B model's argmax leans to one class)."""
+        if cancel is not None and cancel.cancelled:
+            raise Cancelled("the choice was stopped")
+        import numpy as np
+
+        llm = self.llm
+        prompt = self._fit(messages, MIN_REPLY_TOKENS)[0]
+        prompt = prompt + llm.tokenize(prefix.encode("utf-8"), add_bos=False, special=False)
+        firsts = {o: llm.tokenize(o.encode("utf-8"), add_bos=False, special=False)[0]
+                  for o in options}
+        if len(set(firsts.values())) != len(firsts):
+            raise ValueError(f"options share a first token: {options}")
+        try:
+            keep = min(self._restore(prompt), len(prompt) - 1)
+            llm.n_tokens = keep
+            llm.eval(prompt[keep:])
+            logits = np.ctypeslib.as_array(llm._ctx.get_logits(),
+                                           shape=(llm.n_vocab(),)).astype(np.float64)
+            self._snapshot("structured")
+        except (RuntimeError, ValueError, OSError) as exc:
+            llm.reset()
+            self._snaps = []
+            raise ModelError(f"{self.name}: evaluation failed ({exc})") from exc
+        top = float(logits.max())
+        log_z = top + float(np.log(np.exp(logits - top).sum()))
+        self.last_result = ChatResult(text="", usage=Usage(prompt_tokens=len(prompt)),
+                                      finish_reason="stop", cached_tokens=keep)
+        return {o: float(logits[t]) - log_z for o, t in firsts.items()}
+
+    # --- KV snapshots (see the module docstring) ---------------------------------------------
+    def _snapshot(self, kind: str) -> None:
+        llm, lc = self.llm, self._lc
+        n = int(llm.n_tokens)
+        if not self.keep_snapshots or n < MIN_SNAPSHOT_GAIN or n > MAX_SNAPSHOT_TOKENS:
+            return
+        size = int(lc.llama_state_seq_get_size(llm._ctx.ctx, 0))
+        buf = (ctypes.c_uint8 * size)()
+        got = int(lc.llama_state_seq_get_data(llm._ctx.ctx, buf, size, 0))
+        if got <= 0 or got > size:
+            return
+        tokens = [int(t) for t in llm.input_ids[:n]]
+        snaps = [sn for sn in self._snaps if _common_prefix(sn[1], tokens) < SAME_PROMPT_TOKENS]
+        snaps.append((kind, tokens, ctypes.string_at(buf, got)))
+        while len(snaps) > 1 and (len(snaps) > MAX_SNAPSHOTS
+                                  or sum(len(sn[2]) for sn in snaps) > SNAPSHOT_BYTES):
+            snaps.pop(0)  # least recently used
+        self._snaps = snaps
+
+    def drop_snapshots(self, kinds: tuple[str, ...] | None = None) -> None:
+        """Forget the snapshots of these kinds ("chat", "structured"), or all (a benchmark's
+        cold prompt: ``llm.reset()`` alone would let a snapshot of the same prompt back in)."""
+        self._snaps = [sn for sn in self._snaps if kinds is not None and sn[0] not in kinds]
+
+    def _restore(self, prompt: list[int]) -> int:
+        """Tokens of ``prompt`` the KV cache holds, after putting back the snapshot sharing the
+        longest prefix with it when that beats the live cache by ``MIN_SNAPSHOT_GAIN``."""
+        llm, lc = self.llm, self._lc
+        live = _common_prefix(llm.input_ids[:llm.n_tokens], prompt)
+        best, pick = live + MIN_SNAPSHOT_GAIN - 1, None
+        for sn in self._snaps:
+            n = _common_prefix(sn[1], prompt)
+            if n > best:
+                best, pick = n, sn
+        if pick is None:
+            return live
+        _kind, tokens, data = pick
+        llm._ctx.kv_cache_clear()
+        src = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        if int(lc.llama_state_seq_set_data(llm._ctx.ctx, src, len(data), 0)) != len(data):
+            llm.reset()  # a failed restore must not leave a half-valid cache
+            llm._ctx.kv_cache_clear()
+            self._snaps = []
+            return 0
+        llm.input_ids[:len(tokens)] = tokens
+        llm.n_tokens = len(tokens)
+        self._snaps.remove(pick)
+        self._snaps.append(pick)  # most recently used last
+        self.snapshot_hits += 1
+        return best
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None

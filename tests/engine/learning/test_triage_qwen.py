@@ -1,6 +1,7 @@
 """The model's triage on the recommended model (Qwen2.5-Coder-1.5B-Instruct), kept short: a
 firm personal constraint and a rule said without cue words get through, a one-off question and a
-"just this once" request do not, and the answer is one small constrained JSON object.
+"just this once" request do not; the decision is the model's probability of a durable kind (one
+forward pass) against a bar fitted on the tune half, and the triage prefix is kept between calls.
 
 The sentences are not from the benchmark sets (bench/scenarios/people.jsonl, PrefEval)."""
 
@@ -11,6 +12,7 @@ import pytest
 from engine.bank.store import SkillBank
 from engine.learning import Pipeline
 from engine.learning.triage import user_turns
+from engine.llm.base import GenParams
 from engine.llm.client import LLMClient
 from engine.llm.llama_backend import LlamaCppBackend
 from engine.llm.registry import resolve
@@ -34,6 +36,23 @@ def decide(pipeline, *said: str) -> str | None:
     return pipeline._triage(user_turns([{"role": "user", "content": s} for s in said]))
 
 
+def test_qwen_triage_is_a_probability_that_ranks_what_lasts_above_a_question(pipeline):
+    turns = lambda s: user_turns([{"role": "user", "content": s}])  # noqa: E731
+    firm, kind = pipeline.triage_score(turns("I never eat meat, I'm vegetarian for life."))
+    question, _ = pipeline.triage_score(turns("What's the capital of Australia?"))
+    assert 0.0 <= question < firm <= 1.0 and kind in {"constraint", "preference", "rule"}
+    worker = pipeline.llm.target
+    hits = worker.backend.snapshot_hits
+    worker.submit_chat([{"role": "user", "content": "Say hi."}],  # another prompt in the cache
+                       GenParams(max_tokens=2, temperature=0)).result()
+    probs = pipeline.llm.choice("triage", "kind", user_turns="1. What's the capital of Australia?")
+    assert abs(sum(probs.values()) - 1.0) < 1e-6
+    # the same answer from the kept prefix, up to the noise of another batch split (measured
+    # 0.03: the first call reused the previous prompt's prefix, this one the snapshot)
+    assert abs(1.0 - probs["none"] - question) < 0.1
+    assert worker.backend.snapshot_hits == hits + 1
+
+
 def test_qwen_triage_keeps_what_lasts(pipeline):
     assert pipeline.policy["triage"] == "llm"
     assert decide(pipeline, "I'm allergic to shellfish, so keep that in mind for food ideas.")
@@ -42,10 +61,7 @@ def test_qwen_triage_keeps_what_lasts(pipeline):
 
 
 @pytest.mark.parametrize("said", [
-    pytest.param("How many minutes should I boil an egg?", marks=pytest.mark.xfail(
-        strict=True, reason="known gap (notes/issue-16.md): Qwen-1.5B's one-word triage leans "
-                            "to a durable kind on plain questions; the checks after extraction "
-                            "keep most of them out, 3 of 6 held-out one-offs still wrote")),
+    "How many minutes should I boil an egg?",  # a strict xfail until triage became a score
     "Just this once, reply in Italian: my cousin is reading along."])
 def test_qwen_triage_drops_one_offs(pipeline, said):
     assert decide(pipeline, said) is None

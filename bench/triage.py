@@ -1,0 +1,145 @@
+"""Triage alone: how well the model's durable-vs-one-off score separates the user turns of a
+scenario set, and which bar (``DURABLE_MIN_P``) it supports.
+
+Every user turn is replayed as the app does after a chat turn (``triage.windows``, turn mode):
+turns that cue words fast-track are counted, not scored; every other turn gets the model's
+probability of a durable kind (:meth:`Pipeline.triage_score`, one forward pass). A turn is
+*durable* when it holds the evidence of one of the scenario's expected items; every other turn
+(and every turn of a one-off scenario) is not. The table gives, per bar: the durable turns let
+through (recall), the other turns let through (false yes), and the one-off scenarios with at
+least one false yes (each would cost an extraction, and possibly a junk skill). Nothing is
+written; no extraction runs.
+
+    skilldesk bench triage --model recommended --scenarios people --split tune
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.learning_scenarios import load_scenarios
+from engine.text import normalize
+
+BARS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="skilldesk bench triage", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="recommended", help="registry key or .gguf path")
+    p.add_argument("--scenarios", default="people", help="scenario file or set name")
+    p.add_argument("--split", choices=["tune", "heldout", "fresh"], help="only this split")
+    p.add_argument("--limit", type=int, help="at most N scenarios")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", metavar="FILE", help="also write every scored turn as JSON")
+    p.add_argument("--no-snapshot", action="store_true",
+                   help="do not keep the triage prompt's KV cells between calls (cost baseline)")
+    p.add_argument("--between", action="store_true",
+                   help="evaluate the extraction prompt between two triage calls, as the app "
+                        "does (its cost is not counted), so the KV cache holds another prompt")
+    p.add_argument("--bank", help=argparse.SUPPRESS)
+    p.add_argument("--user", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def durable_turn(sc: dict[str, Any], text: str) -> bool:
+    """The turn holds the evidence of one of the scenario's expected items."""
+    t = normalize(text)
+    return any(e.get("evidence") and normalize(e["evidence"]) in t for e in sc["expect"])
+
+
+def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None) -> list[dict[str, Any]]:
+    """One row per user turn: fast-tracked by cues, or the model's probability. ``between()``
+    runs before each triage call (another prompt in the KV cache, as in the app)."""
+    from engine.learning import triage
+
+    msgs, rows = sc["messages"], []
+    for k, m in enumerate(msgs):
+        if m["role"] != "user":
+            continue
+        seen: list[tuple[float | None, float]] = []
+
+        def decide(seg: list[Any], seen: list[tuple[float | None, float]] = seen) -> None:
+            if between is not None:
+                between(seg)
+            t0 = time.perf_counter()
+            p, _ = pipe.triage_score(seg)
+            seen.append((p, time.perf_counter() - t0))
+            return None
+
+        passed = triage.windows(msgs[:k + 1], "turn", decide)
+        rows.append({"id": sc["id"], "turn": k, "oneoff": not sc["expect"],
+                     "durable": durable_turn(sc, m["content"]),
+                     "cued": bool(passed), "p": seen[0][0] if seen else None,
+                     "s": seen[0][1] if seen else 0.0})
+    return rows
+
+
+def table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
+    scored = [r for r in rows if r["p"] is not None]
+    pos = [r for r in scored if r["durable"]]
+    neg = [r for r in scored if not r["durable"]]
+    oneoffs = {r["id"] for r in rows if r["oneoff"]}
+    lines = [f"turns {len(rows)}: fast-tracked by cues {sum(r['cued'] for r in rows)}, scored "
+             f"{len(scored)} ({len(pos)} durable, {len(neg)} not); one-off scenarios "
+             f"{len(oneoffs)}",
+             "bar   | durable let through | others let through | one-off scenarios with a yes",
+             "------|---------------------|--------------------|-----------------------------"]
+    for b in bars:
+        tp = sum(r["p"] >= b for r in pos)
+        fp = sum(r["p"] >= b for r in neg)
+        bad = {r["id"] for r in scored if r["oneoff"] and r["p"] >= b}
+        lines.append(f"{b:<5} | {tp}/{len(pos)} ({tp / max(1, len(pos)):.2f})"
+                     f"{'':<6}| {fp}/{len(neg)} ({fp / max(1, len(neg)):.2f}){'':<5}| "
+                     f"{len(bad)}/{len(oneoffs)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _args(list(argv or []))
+    from engine.bank.store import SkillBank
+    from engine.learning.pipeline import Pipeline
+    from engine.llm import registry
+    from engine.llm.client import LLMClient
+    from engine.llm.llama_backend import LlamaCppBackend
+    from engine.llm.worker import BACKGROUND, ModelWorker
+
+    scenarios = load_scenarios(a.scenarios, None, False, a.limit, a.split)
+    spec = registry.resolve(a.model)
+    backend = LlamaCppBackend(spec, n_threads=a.threads)
+    backend.keep_snapshots = not a.no_snapshot
+    worker = ModelWorker(backend)
+    rows: list[dict[str, Any]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="skilldesk-triage-") as tmp:
+            pipe = Pipeline(SkillBank(Path(tmp)), "default", LLMClient(worker,
+                                                                     priority=BACKGROUND))
+            pipe.checkpoint = lambda: None
+            between = None
+            if a.between:
+                from engine.llm.base import GenParams
+
+                def between(seg: list[Any]) -> None:
+                    turns = "\n".join(f"{i}. {t.text}" for i, t in enumerate(seg, 1))
+                    msgs = pipe.llm.prompt("extract").render(user_turns=turns, context="")
+                    worker.submit_chat(msgs, GenParams(max_tokens=1, temperature=0),
+                                       priority=BACKGROUND).result()
+            for sc in scenarios:
+                rows += score_turns(pipe, sc, between)
+    finally:
+        worker.close()
+    print(f"{spec.title}: {len(scenarios)} scenarios"
+          f"{f' (split {a.split})' if a.split else ''}")
+    print(table(rows))
+    secs = [r["s"] for r in rows if r["p"] is not None]
+    if secs:
+        print(f"seconds per scored turn: {sum(secs) / len(secs):.2f} (prefix snapshot "
+              f"{'off' if a.no_snapshot else 'on'}, {backend.snapshot_hits} hits; another "
+              f"prompt between calls: {'yes' if a.between else 'no'})")
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    return 0

@@ -1,0 +1,201 @@
+"""Issue 16, second round, on scripted backends: triage is a calibrated probability (not the
+model's argmax), a judge's merge into a skill that shares no task word becomes an add, and
+extraction reads the triaged turn as the evidence with the earlier requests as context."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.oracle import OracleLLM
+from bench.triage import durable_turn, table
+from engine.bank.store import SkillBank
+from engine.learning import Pipeline
+from engine.learning import triage as gate
+from engine.learning.candidate import Candidate
+from engine.learning.pipeline import Neighbour, shares_task
+from engine.llm.client import LLMClient
+from engine.llm.worker import ModelWorker
+from tests.support import A, U
+
+KINDS = ["none", "preference", "rule", "correction", "persona", "format", "constraint"]
+
+
+class Scored(OracleLLM):
+    """An oracle that also exposes ``choice_logprobs`` with a fixed P(none)."""
+
+    def __init__(self, p_none: float, best: str = "constraint", **kw):
+        super().__init__(**kw)
+        self.p_none, self.best, self.prefixes = p_none, best, []
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        self.calls.append("triage")
+        self.prefixes.append(prefix)
+        rest = (1 - self.p_none) / (len(options) - 1)
+        probs = {o: (self.p_none if o == "none" else rest) for o in options}
+        probs[self.best] += 1e-6  # the likeliest durable kind
+        return {o: math.log(p) for o, p in probs.items()}
+
+
+def test_choice_renormalises_the_backends_logprobs_through_the_worker():
+    worker = ModelWorker(Scored(0.25))
+    try:
+        probs = LLMClient(worker).choice("triage", "kind", user_turns="1. I only fly economy.")
+    finally:
+        worker.close()
+    assert sorted(probs) == sorted(KINDS) and abs(sum(probs.values()) - 1) < 1e-9
+    assert abs(probs["none"] - 0.25) < 1e-6
+
+
+def test_choice_without_logprobs_counts_the_structured_answer_as_certain():
+    sc = {"expect": [{"outcome": "add", "evidence": "economy"}]}
+    probs = LLMClient(OracleLLM(sc)).choice("triage", "kind", user_turns="1. I only fly economy.")
+    assert probs["rule"] == 1.0 and probs["none"] == 0.0
+    with pytest.raises(ValueError):
+        LLMClient(OracleLLM(sc)).choice("triage", "nothing", user_turns="1. x")
+
+
+@pytest.mark.parametrize("p_none,durable", [(0.9, False), (0.02, True)])
+def test_triage_says_yes_only_when_the_durable_probability_reaches_the_bar(tmp_path, p_none,
+                                                                           durable):
+    llm = Scored(p_none)
+    pipe = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm))
+    pipe.checkpoint = lambda: None
+    turns = gate.user_turns([U("Explain the CAP theorem.")])
+    p, kind = pipe.triage_score(turns)
+    assert abs(p - (1 - p_none)) < 1e-6 and kind == "constraint"
+    assert (pipe._triage(turns) is not None) is durable
+    assert llm.prefixes == ['{"kind": "'] * 2  # one forward pass per decision, no sampling
+
+
+def test_a_triage_argmax_for_a_durable_kind_below_the_bar_is_no(tmp_path, monkeypatch):
+    """The case of the 1.5B model: its argmax is a durable kind (P(none) 0.3 < any other
+    single kind's share of 0.7 would not be), yet the bar decides, not the argmax."""
+    monkeypatch.setattr(gate, "DURABLE_MIN_P", 0.8)
+    pipe = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(Scored(0.3)))
+    pipe.checkpoint = lambda: None
+    assert pipe._triage(gate.user_turns([U("Plan a 3-day trip to Lisbon.")])) is None
+    monkeypatch.setattr(gate, "DURABLE_MIN_P", 0.6)
+    assert pipe._triage(gate.user_turns([U("Plan a 3-day trip to Lisbon.")])) == "constraint"
+
+
+# ------------------------------------------------------------------------------ merges
+def _skill(name: str, rules: list[str], triggers: list[str]):
+    return Candidate(name=name, description=f"{name}.", goal="", constraints=rules, workflow=[],
+                     triggers=triggers, tags=[], level="functional").to_skill(source="imported")
+
+
+def _cand(name: str, rules: list[str], triggers: list[str]) -> Candidate:
+    return Candidate(name=name, description="The user avoids it.", goal="", constraints=rules,
+                     workflow=[], triggers=triggers, tags=[], level="functional")
+
+
+def test_shares_task_ignores_the_words_rules_are_said_with():
+    workout = _skill("Avoid jumping or high-impact movements",
+                     ["Avoid jumping or high-impact movements"], ["plan a workout"])
+    assert not shares_task(_cand("Avoid gluten", ["Avoid gluten in food suggestions"],
+                                 ["suggest a recipe"]), workout)
+    assert not shares_task(_cand("Hands-on learning", ["Prefer hands-on learning"],
+                                 ["teach me something"]), workout)
+    assert shares_task(_cand("Low-impact workouts", ["No running"], ["plan a workout"]), workout)
+    email = _skill("Work email style", ["Sign with the first name only"], ["draft a work email"])
+    assert shares_task(_cand("Sign-off", ["End emails to colleagues with 'Thanks'"], []), email)
+
+
+class MergeEverything(OracleLLM):
+    """A judge that merges every new rule into the first skill it is shown (what Qwen-1.5B
+    did on PrefEval: 9 unrelated preferences into one workout skill)."""
+
+    def _judge(self, prompt):
+        return {"action": "merge", "target": 1, "reason": "same"}
+
+
+def test_a_merge_into_a_skill_that_shares_no_task_word_is_an_add(tmp_path):
+    sc = {"expect": [{"outcome": "add", "name": "Gluten-free food", "evidence": "avoid gluten",
+                      "constraints": ["Avoid gluten in any food or recipe suggestion"],
+                      "triggers": ["suggest a recipe"], "keywords": ["gluten"]}]}
+    bank = SkillBank(tmp_path / "bank")
+    workout = bank.create(_skill("Avoid jumping or high-impact movements",
+                                 ["Avoid jumping or high-impact movements"],
+                                 ["plan a workout"]), "default", source="imported")
+    # a fused score as high as a single skill in the bank gets, whatever it says
+    pipe = Pipeline(bank, "default", LLMClient(MergeEverything(sc)),
+                    search=lambda q, k: [Neighbour(workout, 0.9, 0.5, 0.0)])
+    actions = pipe.run([U("I strictly avoid gluten, I have celiac disease.")], "turn")
+    assert [a.kind for a in actions] == ["add"] and "shares no word" in actions[0].reason
+    assert bank.read(workout.path).instructions == workout.instructions  # untouched
+
+
+# ------------------------------------------------------------------------------ extraction
+class Recording(OracleLLM):
+    def __init__(self, sc):
+        super().__init__(sc)
+        self.prompts: list[str] = []
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "skills" in set(schema.get("properties") or {}):
+            self.prompts.append(messages[-1]["content"])
+        return super().structured(messages, schema, params, cancel)
+
+
+def test_extraction_reads_the_triaged_turn_as_evidence_and_earlier_requests_as_context(
+        tmp_path):
+    sc = {"expect": [{"outcome": "add", "name": "Pirate persona", "evidence": "pirate",
+                      "constraints": ["Talk like a cheerful pirate"], "keywords": ["pirate"]}]}
+    llm = Recording(sc)
+    said = [U("Explain what a mortgage is."), A("A mortgage is a loan..."),
+            U("Let's make this fun. Talk to me like a cheerful pirate in every reply.")]
+    w = gate.windows(said, "turn", lambda turns: "persona")
+    assert w and w[0].focus == 1  # decided by the model on the newest turn
+    pipe = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm))
+    pipe.checkpoint = lambda: None
+    pipe.extract(w[0])
+    prompt = llm.prompts[-1]
+    evidence = prompt.split("User messages:", 1)[1]
+    assert "1. Let's make this fun" in evidence and "mortgage" not in evidence
+    assert "Earlier user messages" in prompt and "Explain what a mortgage is." in prompt
+    # a cue word fast-tracks the window: every turn of it stays evidence
+    fast = gate.windows([U("Summarize this."), A("..."), U("From now on, use bullets.")], "turn")
+    assert fast[0].focus == 0
+
+
+def test_bench_triage_labels_turns_by_the_evidence_and_tabulates_bars():
+    sc = {"id": "x", "expect": [{"evidence": "avoid gluten"}]}
+    assert durable_turn(sc, "I strictly avoid gluten.") and not durable_turn(sc, "Hi")
+    rows = [{"id": "x", "oneoff": False, "durable": True, "cued": False, "p": 0.9, "s": 1.0},
+            {"id": "y", "oneoff": True, "durable": False, "cued": False, "p": 0.6, "s": 1.0}]
+    out = table(rows, bars=(0.5, 0.7))
+    assert "0.5   | 1/1 (1.00)" in out and "| 1/1 (1.00)" in out.splitlines()[3]
+    assert out.splitlines()[4].endswith("0/1")  # at 0.7 the one-off is no longer let through
+
+
+# ------------------------------------------------------------------------------ grounding
+def test_own_sentence_picks_the_users_sentence_that_says_the_paraphrased_rule():
+    from engine.learning.rules import own_sentence
+
+    said = ["Let's make this fun. Talk to me like a cheerful pirate in every reply, matey."]
+    assert own_sentence(["Keep the tone cheerful", "Say 'matey'"], said) == \
+        "Talk to me like a cheerful pirate in every reply, matey."
+    assert own_sentence(["不推荐辣的食物"], ["我完全不能吃辣。"]) == "我完全不能吃辣。"
+    assert own_sentence(["No technical jargon"], ["Explain what a mortgage is."]) is None
+    assert own_sentence(["Titles as questions"], ["Can titles be questions?"]) is None
+    assert own_sentence(["Use three sections: Decisions, Action items"],  # one word: a request
+                        ["Turn these notes into meeting minutes: action needed."]) is None
+
+
+class Paraphrase(OracleLLM):
+    def _extract(self, prompt):
+        return {"skills": [{"name": "Spice level", "description": "No spicy food.",
+                            "constraints": ["不推荐辣的食物"], "goal": "", "workflow": [],
+                            "triggers": ["推荐菜"], "tags": [], "examples": [],
+                            "level": "functional", "confidence": 0.9}]}
+
+
+def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_path):
+    sc = {"expect": [{"outcome": "add", "evidence": "不能吃辣"}]}
+    bank = SkillBank(tmp_path / "bank")
+    actions = Pipeline(bank, "default", LLMClient(Paraphrase(sc))).run(
+        [U("我完全不能吃辣。")], "turn")
+    assert [a.kind for a in actions] == ["add"]
+    assert "我完全不能吃辣" in actions[0].skill.instructions
