@@ -8,6 +8,7 @@ called directly from the GUI thread and cancels the running stream within one to
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from .workers import error_text
+
+log = logging.getLogger(__name__)
 
 
 def turn_info(result: Any, elapsed_s: float) -> dict[str, Any]:
@@ -67,6 +70,10 @@ class ChatWorker(QObject):
             self.model_failed.emit(error_text(exc))
             return
         self.model_ready.emit(str(getattr(backend, "name", "") or ""))
+        try:  # the self-filter's fixed prompt, evaluated while the user types (background)
+            self.desk.warm_up()
+        except Exception as exc:  # noqa: BLE001 - a missed warm-up only costs the first turn
+            log.info("warm-up skipped: %s", exc)
 
     @Slot(int, object)
     def run_turn(self, rid: int, request: dict[str, Any]) -> None:

@@ -47,7 +47,7 @@ from engine.llm import tiers
 from engine.llm.base import CancelToken, GenParams
 from engine.llm.client import LLMClient
 from engine.llm.factory import make_worker
-from engine.llm.worker import BACKGROUND, ModelWorker
+from engine.llm.worker import BACKGROUND, Job, ModelWorker
 from engine.retrieval import DEFAULT_PARAMS, SkillHit, SkillIndex, SyncReport
 from engine.retrieval.embedders import Embedder, make_embedder
 from engine.retrieval.index import SCOPE_VALUES, skill_dir_of, skill_key
@@ -389,6 +389,25 @@ class SkillDesk(SkillManagement):
             queue.rebind()
         if old is not None and old is not value:
             old.close(wait=False)
+
+    def warm_up(self) -> Job | None:
+        """Evaluate the self-filter prompt's fixed part (instructions and examples, ~250
+        tokens) at background priority right after the model loads, so its KV snapshot is
+        there for the first answer that gets a skill: cold, that answer waited ~8 s more on the
+        2-core box (issue 15b). The job (the app calls this after loading the model), or None
+        when the filter does not run for this model or these settings, or the backend cannot
+        prefill (only llama.cpp keeps KV state)."""
+        worker = self.worker
+        worker.wait_ready()
+        if not (self.config.retrieval.self_filter
+                and tiers.policy(tiers.tier_of(worker)).self_filter):
+            return None
+        if not callable(getattr(worker.backend, "prefill", None)):
+            return None
+        # empty inputs: the rendered prompt is the fixed part plus a few template tokens
+        messages = LLMClient(worker, priority=BACKGROUND).prompt("filter").render(
+            request="", skills="")
+        return worker.submit(lambda b, c: b.prefill(messages, c), BACKGROUND, kind="warm-up")
 
     # ------------------------------------------------------------------ learning
     @property

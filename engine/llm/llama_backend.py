@@ -339,6 +339,25 @@ class LlamaCppBackend(ChatFromStream):
                                       finish_reason="stop", cached_tokens=keep)
         return {o: float(logits[t]) - log_z for o, t in firsts.items()}
 
+    def prefill(self, messages: list[Message], cancel: CancelToken | None = None) -> int:
+        """Evaluate the prompt of ``messages`` into the KV cache and keep its snapshot, with no
+        answer: a later prompt sharing its prefix starts from there. Returns the prompt's
+        length in tokens (``SkillDesk.warm_up`` primes the self-filter's fixed part with it)."""
+        if cancel is not None and cancel.cancelled:
+            raise Cancelled("the prefill was stopped")
+        llm = self.llm
+        prompt = self._fit(messages, MIN_REPLY_TOKENS)[0]
+        try:
+            keep = min(self._restore(prompt), len(prompt) - 1)
+            llm.n_tokens = keep
+            llm.eval(prompt[keep:])
+            self._snapshot("structured")
+        except (RuntimeError, ValueError, OSError) as exc:
+            llm.reset()
+            self._snaps = []
+            raise ModelError(f"{self.name}: evaluation failed ({exc})") from exc
+        return len(prompt)
+
     # --- KV snapshots (see the module docstring) ---------------------------------------------
     def _snapshot(self, kind: str) -> None:
         llm, lc = self.llm, self._lc
