@@ -29,7 +29,11 @@ CHILD = textwrap.dedent("""
     ensure_app()  # run_app reuses it; the timer needs its event loop
     seen = {}
 
+    polls = {"n": 0}
+
     def close_all():
+        # polled, not one fixed delay: on a loaded machine the skill tree fills late
+        polls["n"] += 1
         for w in QApplication.topLevelWidgets():
             if isinstance(w, QDialog) and w.isVisible():
                 seen["dialog"] = w.windowTitle()
@@ -39,9 +43,12 @@ CHILD = textwrap.dedent("""
             if hasattr(w, "session") and w.isVisible():
                 seen["title"] = w.windowTitle()
                 seen["tree"] = len(w.tree.items())
-                w.close()  # the last window: the app quits
+                if (seen["tree"] and "dialog" in seen) or polls["n"] > 150:
+                    w.close()  # the last window: the app quits
+                    return
+        QTimer.singleShot(200, close_all)
 
-    QTimer.singleShot(4000, close_all)
+    QTimer.singleShot(1000, close_all)
     rc = run_app(argparse.Namespace(bank=sys.argv[1], user="alice", debug=False))
     print("SEEN " + json.dumps({**seen, "rc": rc}))
 """)
