@@ -44,6 +44,7 @@ class FilterResult:
     asked: bool = False                  # whether the model was called
     dropped: list[Any] = field(default_factory=list)
     answer: list[int] | None = None      # the model's numbers (1-based), None when not asked
+    scores: list[float] = field(default_factory=list)  # P(fits) per judged candidate
     seconds: float = 0.0
     error: str = ""
 
@@ -69,11 +70,32 @@ def ask(client: Any, request: str, hits: list[Any]) -> list[int]:
     return sorted({int(n) for n in use if isinstance(n, int) and 1 <= n <= len(hits)})
 
 
+# The answer's first decision: after '{"use":' the model writes ' []' (no skill fits) or ' ['
+# (a list follows). Qwen's and most BPE vocabularies hold both as single tokens, so the
+# probability that one candidate fits is one forward pass (LLMClient.score), no decoding.
+FIT_PREFIX = '{"use":'
+FIT_OPTIONS = {"no": " []", "yes": " ["}
+FIT_MIN_P = 0.5  # the model's own even odds between the two answers; not fitted
+
+
+def fit_probability(client: Any, request: str, hit: Any) -> float:
+    """P(the model says this one candidate fits ``request``), judged alone."""
+    probs = client.score("filter", FIT_PREFIX, FIT_OPTIONS,
+                         lambda out: "yes" if (out or {}).get("use") else "no",
+                         request=clip(" ".join(request.split()), REQUEST_CHARS),
+                         skills=candidates_text([hit]))
+    return float(probs["yes"])
+
+
 def self_filter(client: Any, request: str, hits: list[Any],
                 judged: Callable[[Any], bool] = lambda h: True) -> FilterResult:
     """Keep the hits the model says fit ``request``. ``judged(hit)``: False for hits that are
     never judged (always-on skills); they are kept and keep their place. Never raises except
-    :class:`Cancelled` (a Stop of the whole turn)."""
+    :class:`Cancelled` (a Stop of the whole turn).
+
+    Each candidate is judged alone (with several in one prompt the 1.5B model kept one of them,
+    often the wrong one, rather than none); when the tokenizer cannot score the answer's first
+    token, the candidates are judged together in one constrained call."""
     cands = [h for h in hits if judged(h)][:MAX_CANDIDATES]
     res = FilterResult(hits=list(hits))
     if not cands:
@@ -81,7 +103,11 @@ def self_filter(client: Any, request: str, hits: list[Any],
     t0 = time.perf_counter()
     res.asked = True
     try:
-        res.answer = ask(client, request, cands)
+        try:
+            res.scores = [fit_probability(client, request, h) for h in cands]
+            res.answer = [i for i, p in enumerate(res.scores, 1) if p >= FIT_MIN_P]
+        except ValueError:  # the two answers share a first token in this vocabulary
+            res.answer = ask(client, request, cands)
     except Cancelled:
         raise
     except (SkillDeskError, ValueError, TypeError, KeyError, RuntimeError) as exc:

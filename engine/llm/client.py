@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,31 +67,42 @@ class LLMClient:
     def choice(self, name: str, field: str, *, lang: str | None = None,
                **values: Any) -> dict[str, float]:
         """The probability of each value of the enum ``field`` of prompt ``name``'s answer
-        (``{"field": "<value>"}``), renormalised over the values.
-
-        On a backend that exposes ``choice_logprobs`` (llama.cpp) this is one forward pass
-        and gives the model's confidence; elsewhere the structured answer counts as
-        probability 1 for the value it picked."""
-        p = self.prompt(name, lang)
-        messages = p.render(**values)
+        (``{"field": "<value>"}``), renormalised over the values (see :meth:`score`)."""
+        schema = self.prompt(name, lang).schema or {}
         options = [str(o) for o in
-                   ((p.schema or {}).get("properties", {}).get(field, {}).get("enum") or [])]
+                   (schema.get("properties", {}).get(field, {}).get("enum") or [])]
         if not options:
             raise ValueError(f"prompt {name!r} has no enum field {field!r}")
-        prefix = '{"' + field + '": "'
+        return self.score(name, '{"' + field + '": "', {o: o for o in options},
+                          lambda out: str(out.get(field)), lang=lang, **values)
+
+    def score(self, name: str, prefix: str, options: dict[str, str],
+              pick: Callable[[dict[str, Any]], str], *, lang: str | None = None,
+              **values: Any) -> dict[str, float]:
+        """The probability of each labelled continuation of the answer of prompt ``name``
+        after ``prefix`` (``options``: label -> text whose first token decides), renormalised
+        over the options.
+
+        On a backend that exposes ``choice_logprobs`` (llama.cpp) this is one forward pass and
+        gives the model's confidence, not only its argmax; elsewhere the structured answer
+        counts as probability 1 for the label ``pick(answer)`` names."""
+        p = self.prompt(name, lang)
+        messages = p.render(**values)
         params = GenParams(max_tokens=p.max_tokens, temperature=p.temperature,
                            seed=0 if not p.temperature else None)
+        labels = list(options)
 
         def run(backend: Any, cancel: CancelToken) -> dict[str, float]:
             scorer = getattr(backend, "choice_logprobs", None)
             if scorer is not None:
-                logp = scorer(messages, prefix, options, cancel)
+                logp = scorer(messages, prefix, [options[k] for k in labels], cancel)
                 top = max(logp.values())
-                w = {o: math.exp(v - top) for o, v in logp.items()}
+                w = {k: math.exp(logp[options[k]] - top) for k in labels}
                 z = sum(w.values())
-                return {o: v / z for o, v in w.items()}
+                return {k: v / z for k, v in w.items()}
             out = backend.structured(messages, p.schema or {}, params, cancel)
-            return {o: 1.0 if out.get(field) == o else 0.0 for o in options}
+            chosen = pick(out)
+            return {k: 1.0 if k == chosen else 0.0 for k in labels}
 
         return self._call(name, run)
 

@@ -38,42 +38,65 @@ class FakeHit:
 
 
 class Scripted:
-    """An LLMClient stand-in: answers the filter prompt with ``answer`` (or raises it)."""
+    """An LLMClient stand-in. ``fits``: candidate title -> P(fits) for the one-candidate score
+    (or an exception to raise); ``answer``: the joint structured answer (or an exception)."""
 
-    def __init__(self, answer):
-        self.answer, self.asked = answer, []
+    def __init__(self, fits=None, answer=None):
+        self.fits, self.answer, self.asked = fits or {}, answer, []
+
+    def score(self, name, prefix, options, pick, **values):
+        self.asked.append(("score", name, prefix, dict(options), values))
+        if isinstance(self.fits, Exception):
+            raise self.fits
+        title = values["skills"].split(". ", 1)[1].split(":", 1)[0]
+        p = self.fits[title]
+        return {"yes": p, "no": 1 - p}
 
     def structured(self, name, **values):
-        self.asked.append((name, values))
+        self.asked.append(("structured", name, values))
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
 
 
 # ------------------------------------------------------------------------------ the logic
-def test_the_filter_keeps_what_the_model_names_and_shows_titles_and_descriptions_only():
+def test_the_filter_judges_each_candidate_alone_on_titles_and_descriptions_only():
     hits = [FakeHit("rust-lexer", "Tokenize Python in Rust."), FakeHit("tldr", "TL;DR first.")]
-    client = Scripted({"use": [2, 7, 0]})  # numbers outside 1..n are ignored
-    res = self_filter(client, "Summarize this", hits)
+    client = Scripted(fits={"Rust-Lexer": 0.3, "Tldr": 0.8})
+    res = self_filter(client, "Summarize   this", hits)
     assert res.asked and res.answer == [2] and res.hits == [hits[1]]
-    assert res.dropped == [hits[0]]
-    name, values = client.asked[0]
+    assert res.dropped == [hits[0]] and res.scores == [0.3, 0.8]
+    kinds = [a[0] for a in client.asked]
+    assert kinds == ["score", "score"]  # one judgement per candidate, no joint call
+    _, name, prefix, options, values = client.asked[0]
     assert name == "filter" and values["request"] == "Summarize this"
-    assert values["skills"] == candidates_text(hits) == (
+    assert values["skills"] == candidates_text(hits[:1]) == "1. Rust-Lexer: Tokenize Python in Rust."
+    assert prefix == '{"use":' and options == {"no": " []", "yes": " ["}
+    # even odds are the model's own decision point: 0.5 keeps
+    assert self_filter(Scripted(fits={"Tldr": 0.5}), "x", [hits[1]]).hits == [hits[1]]
+
+
+def test_a_vocabulary_that_cannot_score_falls_back_to_one_joint_call():
+    hits = [FakeHit("rust-lexer", "Tokenize Python in Rust."), FakeHit("tldr", "TL;DR first.")]
+    client = Scripted(fits=ValueError("options share a first token"), answer={"use": [2, 7, 0]})
+    res = self_filter(client, "Summarize this", hits)
+    assert res.answer == [2] and res.hits == [hits[1]]  # numbers outside 1..n are ignored
+    _, name, values = client.asked[-1]
+    assert name == "filter" and values["skills"] == candidates_text(hits) == (
         "1. Rust-Lexer: Tokenize Python in Rust.\n2. Tldr: TL;DR first.")
 
 
 def test_the_filter_never_judges_always_on_hits_and_keeps_everything_when_it_fails():
     always, other = FakeHit("house-style", "Always."), FakeHit("tldr", "TL;DR first.")
-    res = self_filter(Scripted({"use": []}), "hi there", [always, other],
+    res = self_filter(Scripted(fits={"Tldr": 0.1}), "hi there", [always, other],
                       judged=lambda h: h is not always)
     assert res.hits == [always] and res.dropped == [other]
     # only always-on hits: no call at all
-    client = Scripted({"use": []})
+    client = Scripted()
     res = self_filter(client, "hi", [always], judged=lambda h: h is not always)
     assert not res.asked and res.hits == [always] and client.asked == []
     # garbage from the model: the retrieved skills stay (a broken filter must not cost a skill)
-    res = self_filter(Scripted(StructuredOutputError("not JSON")), "x", [other])
+    res = self_filter(Scripted(fits=StructuredOutputError("not JSON")), "x", [other])
     assert res.asked and res.hits == [other] and res.error
 
 
