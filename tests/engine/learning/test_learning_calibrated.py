@@ -199,3 +199,18 @@ def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_pa
         [U("我完全不能吃辣。")], "turn")
     assert [a.kind for a in actions] == ["add"]
     assert "我完全不能吃辣" in actions[0].skill.instructions
+
+
+def test_the_fresh_set_loads_by_split_and_covers_what_the_issue_names():
+    from bench.learning_scenarios import load_scenarios
+    from engine.text import normalize
+
+    rows = load_scenarios(split="fresh")
+    assert len(rows) >= 20 and rows == load_scenarios("people", split="fresh")
+    assert {r["split"] for r in rows} == {"fresh"} and {r["lang"] for r in rows} == {"en", "zh"}
+    assert sum(1 for r in rows if not r["expect"]) >= 6
+    assert {"firm", "no-cue", "format-twice", "merge", "contradict", "two-tasks"} <= {
+        r["kind"] for r in rows}
+    for r in rows:  # the oracle can answer every item: its evidence is in the user's words
+        said = normalize(" ".join(m["content"] for m in r["messages"] if m["role"] == "user"))
+        assert all(normalize(e["evidence"]) in said for e in r["expect"]), r["id"]
