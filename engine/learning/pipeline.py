@@ -126,12 +126,18 @@ class Pipeline:
                 # every summary with a TL;DR" into an example and kept only the bullet limit)
                 said = w if mode == "conversation" else triage.Window(
                     turns=w.turns[-1:], cues=w.cues)  # a chat turn: only its own sentences
+                rules = vetted[0].constraints
                 for r in rule_extract(said):
                     for rule in r.constraints:
-                        if max((jaccard(rule, x) for x in vetted[0].constraints),
-                               default=0.0) < 0.4 and coverage(
-                                rule, "\n".join(vetted[0].constraints)) < 0.6:
-                            vetted[0].constraints.append(rule)
+                        near = max(range(len(rules)), key=lambda i: jaccard(rule, rules[i]),
+                                   default=None)
+                        if near is None or (jaccard(rule, rules[near]) < 0.4 and coverage(
+                                rule, "\n".join(rules)) < 0.6):
+                            rules.append(rule)
+                        elif content_tokens(rule) - content_tokens("\n".join(rules)):
+                            # the model reworded it and dropped a word the user said ("start
+                            # with a one-line TL;DR" -> "a one-line summary"): their words win
+                            rules[near] = rule
             if not vetted and self.policy["extract"] == "llm+rule":
                 # the model found no usable rule; the user's own rule sentences may still
                 # hold what it missed (never anything the user did not say)

@@ -345,3 +345,29 @@ def test_a_cue_word_rule_is_never_lost_and_examples_are_the_users_own(tmp_path):
     body = add.skill.instructions.lower()
     assert "tl;dr" in body and "three bullet" in body
     assert add.skill.examples == []  # the model's invented example is not the user's
+
+
+class RewordingExtract(OracleLLM):
+    """Rewords the user's cue-word rule and drops the word that made it theirs (what
+    Qwen-1.5B did with "I always want summaries to start with a one-line TL;DR")."""
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "skills" in set(schema.get("properties") or {}):
+            self.calls.append("extract")
+            return {"skills": [{"name": "Summary format", "description": "Summaries.",
+                                "constraints": ["Start with a one-line summary"],
+                                "goal": "", "workflow": [], "triggers": ["write a summary"],
+                                "tags": [], "examples": [], "level": "functional",
+                                "confidence": 0.9}]}
+        return super().structured(messages, schema, params, cancel)
+
+
+def test_a_reworded_cue_word_rule_keeps_the_users_own_words(tmp_path):
+    said = [U("Summarize: the office is closed on Monday. Again, I always want summaries to "
+              "start with a one-line TL;DR."), A("OK.")]
+    bank = SkillBank(tmp_path / "bank")
+    actions = Pipeline(bank, "default", LLMClient(RewordingExtract())).run(said, "turn")
+    [add] = [a for a in actions if a.kind == "add"]
+    rules = [ln for ln in add.skill.instructions.splitlines() if ln.startswith("- ")]
+    assert rules == ["- Summaries should always start with a one-line TL;DR"], rules
+    assert "monday" not in add.skill.instructions.lower()  # the request's case stays out
