@@ -176,12 +176,9 @@ NEIGHBOUR_BANK = [
 ]
 
 
-@pytest.mark.model
-@pytest.mark.slow
-def test_qwen_drops_a_topical_neighbour_and_keeps_a_paraphrase(qwen_path, tmp_path, embedder):
-    """On a small bank, a Rust question that is not about writing a lexer passes η (it shares
-    the language) but the recommended model's self-filter drops it; a paraphrased cover-letter
-    request keeps its skill."""
+@pytest.fixture
+def qwen_desk(qwen_path, tmp_path, embedder):
+    """The recommended model (greedy) on a bank of NEIGHBOUR_BANK."""
     from tests.support import seed_skill
 
     cfg = Settings()
@@ -190,59 +187,53 @@ def test_qwen_drops_a_topical_neighbour_and_keeps_a_paraphrase(qwen_path, tmp_pa
     cfg.model.temperature = 0.0
     root = tmp_path / "bank"
     desk = SkillDesk.open(root, config=cfg, create=True, embedder=embedder)
-    try:
-        for d in NEIGHBOUR_BANK:
-            desk.bank.create(seed_skill(d), "default")
-        desk.refresh()
-        neighbour = "In Rust, how do I read a whole file into a String?"
-        paraphrase = ("I'm applying for a barista job at a café; draft the letter that goes "
-                      "with my résumé.")
-        params = GenParams(max_tokens=8, temperature=0.0)
-        assert [h.skill.title for h in desk.search(neighbour)] == ["Python lexer in Rust"]
-        assert [h.skill.title for h in desk.search(paraphrase)] == ["Cover letters"]
-        r = desk.chat([U(neighbour)], learn=False, params=params)
-        assert r.injected == [] and r.filtered_out == ["python-lexer-in-rust"], r.info()
-        assert r.timings["filter_s"] > 0
-        r = desk.chat([U(paraphrase)], learn=False, params=params)
-        assert [i.title for i in r.injected] == ["Cover letters"], r.info()
-    finally:
-        desk.close()
+    for d in NEIGHBOUR_BANK:
+        desk.bank.create(seed_skill(d), "default")
+    desk.refresh()
+    yield desk
+    desk.close()
     shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_warm_up_primes_the_filter_prompt_for_the_first_skilled_answer(qwen_path, tmp_path,
-                                                                       embedder):
+def test_qwen_drops_a_topical_neighbour_and_keeps_a_paraphrase(qwen_desk):
+    """On a small bank, a Rust question that is not about writing a lexer passes η (it shares
+    the language) but the recommended model's self-filter drops it; a paraphrased cover-letter
+    request keeps its skill."""
+    desk = qwen_desk
+    neighbour = "In Rust, how do I read a whole file into a String?"
+    paraphrase = ("I'm applying for a barista job at a café; draft the letter that goes "
+                  "with my résumé.")
+    params = GenParams(max_tokens=8, temperature=0.0)
+    assert [h.skill.title for h in desk.search(neighbour)] == ["Python lexer in Rust"]
+    assert [h.skill.title for h in desk.search(paraphrase)] == ["Cover letters"]
+    r = desk.chat([U(neighbour)], learn=False, params=params)
+    assert r.injected == [] and r.filtered_out == ["python-lexer-in-rust"], r.info()
+    assert r.timings["filter_s"] > 0
+    r = desk.chat([U(paraphrase)], learn=False, params=params)
+    assert [i.title for i in r.injected] == ["Cover letters"], r.info()
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_warm_up_primes_the_filter_prompt_for_the_first_skilled_answer(qwen_desk):
     """``desk.warm_up()`` (the app calls it once the model is loaded) evaluates the filter
     prompt's fixed part in the background: the first answer that gets a skill starts its filter
     call from that snapshot instead of evaluating ~250 tokens cold."""
-    from tests.support import seed_skill
-
-    cfg = Settings()
-    cfg.model.model = str(qwen_path)
-    cfg.model.n_threads = 2
-    root = tmp_path / "bank"
-    desk = SkillDesk.open(root, config=cfg, create=True, embedder=embedder)
-    try:
-        for d in NEIGHBOUR_BANK:
-            desk.bank.create(seed_skill(d), "default")
-        desk.refresh()
-        job = desk.warm_up()
-        assert job is not None
-        assert job.result(timeout=600) > 100  # prompt tokens evaluated
-        backend = desk.worker.backend
-        # another prompt in between (in the app: a learning call), so the live KV cache no
-        # longer holds the warm-up and only its snapshot can
-        desk.worker.submit(lambda b, c: b.prefill([U("Hello there, how are you today?")], c)
-                           ).result(timeout=300)
-        hits = backend.snapshot_hits
-        r = desk.chat([U("Write a cover letter for a junior data analyst role.")], learn=False,
-                      params=GenParams(max_tokens=4, temperature=0.0))
-        assert "filter_s" in r.timings, r.info()
-        assert backend.snapshot_hits == hits + 1  # the filter call began from the warm-up
-        desk.config.retrieval.self_filter = False
-        assert desk.warm_up() is None  # off in the settings: nothing to prime
-    finally:
-        desk.close()
-    shutil.rmtree(root, ignore_errors=True)
+    desk = qwen_desk
+    job = desk.warm_up()
+    assert job is not None
+    assert job.result(timeout=600) > 100  # prompt tokens evaluated
+    backend = desk.worker.backend
+    # another prompt in between (in the app: a learning call), so the live KV cache no
+    # longer holds the warm-up and only its snapshot can
+    desk.worker.submit(lambda b, c: b.prefill([U("Hello there, how are you today?")], c)
+                       ).result(timeout=300)
+    hits = backend.snapshot_hits
+    r = desk.chat([U("Write a cover letter for a junior data analyst role.")], learn=False,
+                  params=GenParams(max_tokens=4, temperature=0.0))
+    assert "filter_s" in r.timings, r.info()
+    assert backend.snapshot_hits == hits + 1  # the filter call began from the warm-up
+    desk.config.retrieval.self_filter = False
+    assert desk.warm_up() is None  # off in the settings: nothing to prime
