@@ -58,9 +58,10 @@ held-out triggers R@1 (ranker), ZH  0.918 / 0.942    0.915 / 0.934   (BM25 0.902
 search + embedding p50 (3k / 2.2k)  -                6-9 ms; 15-24 ms if 2-4 sentences
 ==================================  ===============  ===============
 Issue 15b: on capable models the chat adds the self-filter after this decision
-(engine/chat/skill_filter.py): off-topic on the 120-skill bank EN tune / seen / fresh 0.19 /
-0.24 / 0.58 -> 0.14 / 0.05 / 0.33, starter bank 0 everywhere (``skilldesk bench retrieval
---filter-model recommended --splits tune,heldout,fresh``).
+(engine/chat/skill_filter.py, each candidate judged alone): off-topic on the 120-skill bank EN
+tune / seen / fresh 0.19 / 0.24 / 0.58 -> 0.14 / 0.00 / 0.21, ZH 0.05 / 0.05 / 0.22 -> 0.00 /
+0.05 / 0.04, starter bank <= 0.04 (``skilldesk bench retrieval --filter-model recommended
+--splits tune,heldout,fresh``).
 - CJK tokens: bigrams; adding unigrams moved BM25 ZH MRR by +0.003 and fused by -0.002.
 """
 
