@@ -136,8 +136,11 @@ class SettingsDialog(QDialog):
                                         value=s.retrieval.min_relevance)
         form.addRow("Skills per answer (top-K)", self.top_k)
         form.addRow("Relevance threshold", self.threshold)
-        self.self_filter = QCheckBox("Let the model check which skills fit (one short call "
-                                     "when a skill matches; capable models only)")
+        self.self_filter = QCheckBox("Let the model check that a skill fits")
+        self.self_filter.setToolTip("Before answering, the model judges each matching skill "
+                                    "and drops those that do not fit the request (about a "
+                                    "second per skill on two cores; capable models only; "
+                                    "nothing runs when no skill matches).")
         self.self_filter.setChecked(s.retrieval.self_filter)
         form.addRow("", self.self_filter)
         self.learning = QCheckBox("Learn skills from my chats")
