@@ -34,8 +34,9 @@ DATA = Path(__file__).resolve().parent / "data"
 STARTER = RESOURCES / "starter"  # the starter skills a new bank receives
 USER = "bench"
 SPLITS = ("tune", "heldout")
-ALL_SPLITS = ("tune", "heldout", "fresh")
-LABELS = {"tune": "tune", "heldout": "seen", "fresh": "fresh"}  # "seen": the old held-out half
+ALL_SPLITS = ("tune", "heldout", "fresh", "fresh2")
+# "seen": the old held-out half
+LABELS = {"tune": "tune", "heldout": "seen", "fresh": "fresh", "fresh2": "fresh2"}
 
 
 def label(split: str) -> str:

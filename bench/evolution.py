@@ -65,9 +65,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--embedder", default=None, help="embedder name (default: the settings')")
     p.add_argument("--scenarios", help="another scenario file (.jsonl) or set name "
                                        "('people': conversations written like real users')")
-    p.add_argument("--split", choices=["tune", "heldout", "fresh"],
-                   help="only the scenarios of this split (sets that have one; 'fresh' is "
-                        "people_fresh.jsonl, read by nobody while tuning)")
+    p.add_argument("--split", choices=["tune", "heldout", "fresh", "fresh2"],
+                   help="only the scenarios of this split (sets that have one; 'fresh' and "
+                        "'fresh2' are people_fresh*.jsonl, read by nobody while tuning)")
     p.add_argument("--verbose", "-v", action="store_true", help="print every failed scenario")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--bank", help=argparse.SUPPRESS)

@@ -12,7 +12,7 @@ wording counts. Two views: **by count** (a write where one was expected, whateve
 details: names, numbers, topic nouns of this one request; none may appear in a written skill's
 name, description, goal, rules or triggers — a *leak*), ``absent`` (an old rule a contradicting
 merge must replace), ``examples`` (the skill should carry an example). A scenario may carry a
-``split`` ("tune", "heldout" or "fresh"): the held-out half is never looked at while tuning.
+``split`` ("tune", "heldout", "fresh" or "fresh2"): the held-out half is never looked at while tuning.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def scenario_path(path: str | Path | None) -> Path:
 def load_scenarios(path: str | Path | None = None, ids: list[str] | None = None,
                    quick: bool = False, limit: int | None = None,
                    split: str | None = None) -> list[dict[str, Any]]:
-    if split == "fresh" and path in (None, "people"):  # the fresh set lives in its own file
-        path = "people_fresh"
+    if split in ("fresh", "fresh2") and path in (None, "people"):  # each fresh set lives in
+        path = f"people_{split}"                                     # its own file
     rows = [json.loads(line) for line in scenario_path(path).read_text("utf-8").splitlines()
             if line.strip()]
     if split:

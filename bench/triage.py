@@ -32,7 +32,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="skilldesk bench triage", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="recommended", help="registry key or .gguf path")
     p.add_argument("--scenarios", default="people", help="scenario file or set name")
-    p.add_argument("--split", choices=["tune", "heldout", "fresh"], help="only this split")
+    p.add_argument("--split", choices=["tune", "heldout", "fresh", "fresh2"], help="only this split")
     p.add_argument("--limit", type=int, help="at most N scenarios")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", metavar="FILE", help="also write every scored turn as JSON")

@@ -201,13 +201,14 @@ def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_pa
     assert "我完全不能吃辣" in actions[0].skill.instructions
 
 
-def test_the_fresh_set_loads_by_split_and_covers_what_the_issue_names():
+@pytest.mark.parametrize("split", ["fresh", "fresh2"])
+def test_the_fresh_sets_load_by_split_and_cover_what_the_issue_names(split):
     from bench.learning_scenarios import load_scenarios
     from engine.text import normalize
 
-    rows = load_scenarios(split="fresh")
-    assert len(rows) >= 20 and rows == load_scenarios("people", split="fresh")
-    assert {r["split"] for r in rows} == {"fresh"} and {r["lang"] for r in rows} == {"en", "zh"}
+    rows = load_scenarios(split=split)
+    assert len(rows) >= 20 and rows == load_scenarios("people", split=split)
+    assert {r["split"] for r in rows} == {split} and {r["lang"] for r in rows} == {"en", "zh"}
     assert sum(1 for r in rows if not r["expect"]) >= 6
     assert {"firm", "no-cue", "format-twice", "merge", "contradict", "two-tasks"} <= {
         r["kind"] for r in rows}
