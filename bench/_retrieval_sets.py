@@ -106,13 +106,18 @@ class Served:
     filtered: list[str] | None = None  # the hits the self-filter kept (None: not run)
     filter_s: float = 0.0    # the self-filter's model call (0 when nothing passed η)
     asked: bool = False      # whether the self-filter called the model
+    fit: dict[str, float] = field(default_factory=dict)  # P(fits) of each judged hit
 
-    def with_band(self, above: float | None) -> list[str]:
-        """What a filter that skips the call when the best P(related) >= ``above`` serves."""
+    def with_band(self, above: float | None, bar: float | None = None) -> list[str]:
+        """What a filter that skips the call when the best P(related) >= ``above`` serves;
+        ``bar``: what it serves when a judged hit must reach P(fits) >= ``bar`` (instead of
+        the filter's own ``FIT_MIN_P``)."""
         if self.filtered is None:
             return self.hits
         if above is not None and self.scores and self.scores[0] >= above:
             return self.hits
+        if bar is not None and self.fit:
+            return [k for k in self.hits if self.fit.get(k, 1.0) >= bar]
         return self.filtered
 
 
@@ -137,24 +142,26 @@ def serve(idx: SkillIndex, rows: Iterable[dict], params: FusionParams | None = N
         if client is not None and (splits is None or r["split"] in splits):
             res = self_filter(client, r["query"], hits)
             s.filtered = [skill_key(h.skill) for h in res.hits]
+            s.fit = {skill_key(h.skill): p for h, p in zip(hits, res.scores, strict=False)}
             s.filter_s, s.asked = res.seconds, res.asked
         out.append(s)
     return out
 
 
-def pick(s: Served, served: str, above: float | None = None) -> list[str]:
+def pick(s: Served, served: str, above: float | None = None,
+         bar: float | None = None) -> list[str]:
     """``served``: "hits" (as served without the filter) or "filtered" (with it)."""
-    return s.hits if served == "hits" else s.with_band(above)
+    return s.hits if served == "hits" else s.with_band(above, bar)
 
 
 def injection_rows(results: list[Served], bank: str, splits=SPLITS, served: str = "hits",
-                   above: float | None = None) -> list[list]:
+                   above: float | None = None, bar: float | None = None) -> list[list]:
     rows = []
     for split in splits:
         for lang in LANGS:
             sel = [s for s in results if s.row["split"] == split and s.row["lang"] == lang]
             n = len(sel)
-            got = [pick(s, served, above) for s in sel]
+            got = [pick(s, served, above, bar) for s in sel]
             bad = sum(bool(g) for g in got)
             rows.append([f"{bank} {label(split)} {lang.upper()}", n, bad, bad / max(1, n),
                          sum(len(g) for g in got) / max(1, n)])
@@ -162,14 +169,14 @@ def injection_rows(results: list[Served], bank: str, splits=SPLITS, served: str 
 
 
 def paraphrase_rows(results: list[Served], targets: dict[str, str | None],
-                    splits=SPLITS, served: str = "hits", above: float | None = None
-                    ) -> list[list]:
+                    splits=SPLITS, served: str = "hits", above: float | None = None,
+                    bar: float | None = None) -> list[list]:
     rows = []
     for split in splits:
         for lang in LANGS:
             sel = [s for s in results if s.row["split"] == split and s.row["lang"] == lang]
             n = max(1, len(sel))
-            got = {id(s): pick(s, served, above) for s in sel}
+            got = {id(s): pick(s, served, above, bar) for s in sel}
             served1 = sum(bool(got[id(s)]) and got[id(s)][0] == targets[s.row["id"]]
                           for s in sel)
             served_any = sum(targets[s.row["id"]] in got[id(s)] for s in sel)

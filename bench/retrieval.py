@@ -295,6 +295,7 @@ def speed(skills, embedders, a, bank_root, out) -> None:
 
 _CLIENT: dict[str, object] = {}
 BANDS = (None, 0.9, 0.8, 0.7, 0.6)  # the self-filter skipped when the best P(related) >= this
+FIT_BARS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # P(fits) a judged skill must reach (FIT_MIN_P)
 
 
 def filter_client(a):
@@ -332,7 +333,7 @@ def offtopic(embedders, a, out, params=None) -> list[list]:
     emb = embedders.get(DEFAULT_EMBEDDER) or next(iter(embedders.values()))
     rows_in = D.load("offtopic.jsonl")
     client = filter_client(a)
-    rows, frows, bad, fbad, band, allres = [], [], [], [], [], []
+    rows, frows, bad, fbad, band, bars, allres = [], [], [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="skilldesk-offtopic-") as tmp:
         for bank in ("starter", "user"):
             root = D.build_bank(bank, a.corpus, Path(tmp) / bank)
@@ -348,6 +349,10 @@ def offtopic(embedders, a, out, params=None) -> list[list]:
                 for above in BANDS:
                     band.append([f"{name} skip >= {above or '-'}"] + [
                         r[3] for r in D.injection_rows(res, name, a.splits, "filtered", above)])
+                for bar in FIT_BARS:
+                    bars.append([f"{name} P(fits) >= {bar}"] + [
+                        r[3] for r in D.injection_rows(res, name, a.splits, "filtered",
+                                                       bar=bar)])
     hdr = ["bank / split / language", "n", "injected", "rate", "skills/request"]
     print(table(hdr, rows, "\nOff-topic requests (bench/data/offtopic.jsonl): share that got "
                 "a skill injected (as served without the self-filter; target <= 0.05)"),
@@ -362,6 +367,9 @@ def offtopic(embedders, a, out, params=None) -> list[list]:
         cols = [f"{D.label(sp)} {lg.upper()}" for sp in a.splits for lg in D.LANGS]
         print(table(["self-filter band"] + cols, band, "\nOff-topic rate when the self-filter "
                     "is skipped for requests whose best P(related) >= the band's top"), file=out)
+        print(table(["self-filter bar"] + cols, bars, "\nOff-topic rate when a judged skill "
+                    "must reach P(fits) >= the bar (the filter's FIT_MIN_P; fit it on tune)"),
+              file=out)
         _filter_stats(allres, a, "the off-topic sets (both banks)", out)
     return rows
 
@@ -395,6 +403,10 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
         print(table(["self-filter band"] + cols, band, "\nParaphrase served R@1 when the "
                     "self-filter is skipped for requests whose best P(related) >= the band's "
                     "top"), file=out)
+        bars = [[f"P(fits) >= {bar}"] + [r[2] for r in D.paraphrase_rows(
+            res, targets, a.splits, "filtered", bar=bar)] for bar in FIT_BARS]
+        print(table(["self-filter bar"] + cols, bars, "\nParaphrase served R@1 when a judged "
+                    "skill must reach P(fits) >= the bar (the filter's FIT_MIN_P)"), file=out)
         _filter_stats(res, a, "the paraphrase set", out)
     import numpy as np
 

@@ -12,7 +12,8 @@ short constrained call settles it after retrieval:
   description only (not the rules), ~250 tokens of which all but ~40 are fixed (kept in a KV
   snapshot, primed by ``desk.warm_up``); each candidate is judged alone, by the probability of
   the answer's first token after ``{"use":`` (`` [`` a list follows, `` []`` none) in one
-  forward pass, no decoding. With 2-3 candidates in one prompt Qwen2.5-1.5B kept one of them,
+  forward pass, no decoding, kept at P(fits) >= ``FIT_MIN_P`` (fitted on the tune halves).
+  With 2-3 candidates in one prompt Qwen2.5-1.5B kept one of them,
   often the wrong one, rather than none; alone, on the tune halves, it dropped no right
   paraphrase target (served R@3 EN 0.53 -> 0.82) at 0.75x the joint call's time (18 requests,
   same load). A vocabulary where both answers share a first token gets the joint
@@ -81,7 +82,12 @@ def ask(client: Any, request: str, hits: list[Any]) -> list[int]:
 # probability that one candidate fits is one forward pass (LLMClient.score), no decoding.
 FIT_PREFIX = '{"use":'
 FIT_OPTIONS = {"no": " []", "yes": " ["}
-FIT_MIN_P = 0.5  # the model's own even odds between the two answers; not fitted
+# Kept when P(fits) reaches this. Fitted on the tune halves (`skilldesk bench retrieval
+# --filter-model recommended --splits tune`, Qwen2.5-Coder-1.5B; 42 off-topic requests x 2
+# banks, 34 paraphrases): the lowest bar with no off-topic injection on either bank that drops
+# no right paraphrase skill. At 0.5 (the model's even odds) 3 of 21 English requests kept a
+# topical neighbour (0.143); at 0.7 served R@1 EN fell 0.529 -> 0.471.
+FIT_MIN_P = 0.6
 
 
 def fit_probability(client: Any, request: str, hit: Any) -> float:

@@ -72,8 +72,10 @@ def test_the_filter_judges_each_candidate_alone_on_titles_and_descriptions_only(
     assert name == "filter" and values["request"] == "Summarize this"
     assert values["skills"] == candidates_text(hits[:1]) == "1. Rust-Lexer: Tokenize Python in Rust."
     assert prefix == '{"use":' and options == {"no": " []", "yes": " ["}
-    # even odds are the model's own decision point: 0.5 keeps
-    assert self_filter(Scripted(fits={"Tldr": 0.5}), "x", [hits[1]]).hits == [hits[1]]
+    # the bar (fitted on the tune halves) keeps what reaches it, drops what does not
+    from engine.chat.skill_filter import FIT_MIN_P
+    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P}), "x", [hits[1]]).hits == [hits[1]]
+    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P - 0.01}), "x", [hits[1]]).hits == []
 
 
 def test_a_vocabulary_that_cannot_score_falls_back_to_one_joint_call():
