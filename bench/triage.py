@@ -41,6 +41,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--between", action="store_true",
                    help="evaluate the extraction prompt between two triage calls, as the app "
                         "does (its cost is not counted), so the KV cache holds another prompt")
+    p.add_argument("--extract", action="store_true",
+                   help="also score extraction's first decision (P(a skill), one forward pass) "
+                        "on every turn triage lets through, and tabulate EXTRACT_MIN_P bars")
     p.add_argument("--bank", help=argparse.SUPPRESS)
     p.add_argument("--user", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -52,9 +55,11 @@ def durable_turn(sc: dict[str, Any], text: str) -> bool:
     return any(e.get("evidence") and normalize(e["evidence"]) in t for e in sc["expect"])
 
 
-def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None) -> list[dict[str, Any]]:
+def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
+                extract: bool = False) -> list[dict[str, Any]]:
     """One row per user turn: fast-tracked by cues, or the model's probability. ``between()``
-    runs before each triage call (another prompt in the KV cache, as in the app)."""
+    runs before each triage call (another prompt in the KV cache, as in the app). With
+    ``extract``, every turn triage lets through also gets ``pe``: extraction's P(a skill)."""
     from engine.learning import triage
 
     msgs, rows = sc["messages"], []
@@ -67,16 +72,38 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None) -> list[dict
             if between is not None:
                 between(seg)
             t0 = time.perf_counter()
-            p, _ = pipe.triage_score(seg)
+            p, kind = pipe.triage_score(seg)
             seen.append((p, time.perf_counter() - t0))
-            return None
+            return kind if extract and p is not None and p >= triage.DURABLE_MIN_P else None
 
         passed = triage.windows(msgs[:k + 1], "turn", decide)
-        rows.append({"id": sc["id"], "turn": k, "oneoff": not sc["expect"],
-                     "durable": durable_turn(sc, m["content"]),
-                     "cued": bool(passed), "p": seen[0][0] if seen else None,
-                     "s": seen[0][1] if seen else 0.0})
+        row = {"id": sc["id"], "turn": k, "oneoff": not sc["expect"],
+               "durable": durable_turn(sc, m["content"]),
+               "cued": bool(passed) and not seen, "p": seen[0][0] if seen else None,
+               "s": seen[0][1] if seen else 0.0}
+        if extract and passed:
+            row["pe"] = pipe.extract_score(pipe.extract_values(passed[-1]))
+        rows.append(row)
     return rows
+
+
+def extract_table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
+    """Among the turns triage let through: which extraction bars keep the durable ones."""
+    scored = [r for r in rows if r.get("pe") is not None]
+    pos = [r for r in scored if r["durable"]]
+    neg = [r for r in scored if not r["durable"]]
+    lines = [f"extraction on the {len(scored)} turns triage let through ({len(pos)} durable, "
+             f"{len(neg)} not): P(a skill) >= bar",
+             "bar   | durable written | others written | one-off scenarios written",
+             "------|-----------------|----------------|--------------------------"]
+    oneoffs = {r["id"] for r in rows if r["oneoff"]}
+    for b in bars:
+        tp = sum(r["pe"] >= b for r in pos)
+        fp = sum(r["pe"] >= b for r in neg)
+        bad = {r["id"] for r in neg if r["oneoff"] and r["pe"] >= b}
+        lines.append(f"{b:<5} | {tp}/{len(pos)}{'':<12}| {fp}/{len(neg)}{'':<11}| "
+                     f"{len(bad)}/{len(oneoffs)}")
+    return "\n".join(lines)
 
 
 def table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
@@ -129,12 +156,14 @@ def main(argv: list[str] | None = None) -> int:
                     worker.submit_chat(msgs, GenParams(max_tokens=1, temperature=0),
                                        priority=BACKGROUND).result()
             for sc in scenarios:
-                rows += score_turns(pipe, sc, between)
+                rows += score_turns(pipe, sc, between, a.extract)
     finally:
         worker.close()
     print(f"{spec.title}: {len(scenarios)} scenarios"
           f"{f' (split {a.split})' if a.split else ''}")
     print(table(rows))
+    if a.extract:
+        print(extract_table(rows))
     secs = [r["s"] for r in rows if r["p"] is not None]
     if secs:
         print(f"seconds per scored turn: {sum(secs) / len(secs):.2f} (prefix snapshot "

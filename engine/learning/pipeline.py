@@ -35,6 +35,18 @@ MERGE_ATTEMPTS = 3  # redo a merge this often when the file keeps changing under
 RULE_MERGE_SIM = 0.5  # rule judge: topic word overlap with a neighbour that means "same skill"
 RULE_MERGE_SCORE = 0.45  # rule judge: fused hybrid score that means "same skill"
 RULE_FIX_SCORE = 0.3  # the same, for a correction of the last answer
+# Extraction's own first decision, read as a probability like triage's: after '{"skills":'
+# the model writes ' []' (nothing) or a list ('[{"', as in the prompt's examples, or another
+# opening). Below the bar nothing is generated; at or above it the answer must hold a skill.
+EXTRACT_PREFIX = '{"skills":'
+EXTRACT_OPTIONS = {"none": " []", "some": ' [{"', "some_": " [{", "some_nl": " [\n",
+                   "some_sp": " ["}
+# Fitted with `skilldesk bench triage --extract --split tune` (Qwen2.5-Coder-1.5B; the 26 turns
+# triage let through, 19 durable): at 0.3 all 19 are written and 5 of 7 others, as at 0.5,
+# where 2 durable turns (a format rule, a "show an example first" rule, P 0.31) got nothing —
+# greedy decoding's choice, the largest recall loss of the second round. The two one-off
+# turns scored 0.14 and 0.22: the margin is thin, so the held-out halves decide if it stands.
+EXTRACT_MIN_P = 0.3
 MERGE_FLOOR = 0.35  # a model's "merge" into a neighbour scoring below this and sharing almost
 #                     no words with the candidate is overruled into an add (dev set: true merge
 #                     targets score 0.49-0.57; a SQL rule "merged" into an email skill: 0.31)
@@ -193,6 +205,33 @@ class Pipeline:
             return rule_extract(w), None
         if self.policy["extract"] == "off":
             return [], Action("discard", reason="learning is off for this model", step="extract")
+        values = self.extract_values(w)
+        schema = None
+        p = self.extract_score(values)
+        if p is not None:
+            log.info("evolution: extraction P(a skill) %.3f (%s)", p,
+                     clip(values["user_turns"], 80))
+            if p < EXTRACT_MIN_P:
+                return [], None
+            lang = values["lang"]
+            schema = self.llm.prompt("extract", lang).schema or {}  # decided: write one
+            schema = {**schema, "properties": {**schema["properties"], "skills": {
+                **schema["properties"]["skills"], "minItems": 1}}}
+        try:
+            out = self.llm.structured("extract", schema=schema, **values)
+        except StructuredOutputError as exc:
+            return [], Action("discard", reason=f"extraction answer unusable: {clip(str(exc), 160)}",
+                              step="extract")
+        except Cancelled:
+            raise
+        except SkillDeskError as exc:
+            return [], Action("error", reason=f"extraction failed: {exc}", step="extract")
+        raw = out.get("skills") or []
+        return [Candidate.from_json(s) for s in raw if isinstance(s, dict)], None
+
+    def extract_values(self, w: triage.Window) -> dict[str, Any]:
+        """The extraction prompt's inputs for window ``w``: the evidence turns, numbered; the
+        context (earlier requests, the last reply, a repeated format); the language."""
         evidence = w.turns[w.focus:] if self.llm.tier != "tiny" else w.turns
         turns = "\n".join(f"{i}. {scrub(t.text)}" for i, t in enumerate(evidence, 1))
         lang = language(w.user_text)
@@ -211,17 +250,24 @@ class Pipeline:
             context += (f"注意：用户在多条消息里要求同一种格式（{repeated}），这是长期偏好。\n\n" if zh
                         else f"Note: the user asked for the same format ({repeated}) in several "
                              "messages; that is a lasting preference.\n\n")
+        return {"user_turns": turns, "context": context, "lang": lang}
+
+    def extract_score(self, values: dict[str, Any]) -> float | None:
+        """P(extraction writes a skill) from its answer's first token (one forward pass over
+        the prompt the generation then reuses); None where the backend cannot score tokens
+        (a scripted or remote model: its structured answer decides alone)."""
+        if not self.llm.scores_tokens:
+            return None
         try:
-            out = self.llm.structured("extract", user_turns=turns, context=context, lang=lang)
-        except StructuredOutputError as exc:
-            return [], Action("discard", reason=f"extraction answer unusable: {clip(str(exc), 160)}",
-                              step="extract")
+            probs = self.llm.score("extract", EXTRACT_PREFIX, EXTRACT_OPTIONS,
+                                   lambda out: "some" if out.get("skills") else "none",
+                                   **values)
         except Cancelled:
             raise
-        except SkillDeskError as exc:
-            return [], Action("error", reason=f"extraction failed: {exc}", step="extract")
-        raw = out.get("skills") or []
-        return [Candidate.from_json(s) for s in raw if isinstance(s, dict)], None
+        except (SkillDeskError, ValueError) as exc:
+            log.info("evolution: extraction score unavailable (%s)", exc)
+            return None
+        return 1.0 - probs["none"]
 
     # ------------------------------------------------------------------------------ judge
     def neighbours(self, c: Candidate) -> list[Neighbour]:

@@ -55,14 +55,24 @@ class LLMClient:
     def prompt(self, name: str, lang: str | None = None) -> prompts.Prompt:
         return prompts.load(name, self.tier, self.prompt_dir, lang=lang)
 
-    def structured(self, name: str, *, lang: str | None = None, **values: Any) -> dict[str, Any]:
+    def structured(self, name: str, *, lang: str | None = None,
+                   schema: dict[str, Any] | None = None, **values: Any) -> dict[str, Any]:
         """Fill prompt ``name`` (its ``lang`` variant if any), run it, return its validated
-        JSON (raises ``StructuredOutputError`` on garbage)."""
+        JSON (raises ``StructuredOutputError`` on garbage). ``schema`` replaces the prompt's
+        (a narrower one: the caller already knows more about the answer)."""
         p = self.prompt(name, lang)
         messages = p.render(**values)
         params = GenParams(max_tokens=p.max_tokens, temperature=p.temperature,
                            seed=0 if not p.temperature else None)
-        return self._call(name, lambda b, c: b.structured(messages, p.schema or {}, params, c))
+        schema = schema if schema is not None else p.schema or {}
+        return self._call(name, lambda b, c: b.structured(messages, schema, params, c))
+
+    @property
+    def scores_tokens(self) -> bool:
+        """Whether :meth:`score` reads the model's probabilities (llama.cpp) rather than
+        counting its structured answer as certain."""
+        backend = self.target.backend if isinstance(self.target, ModelWorker) else self.target
+        return callable(getattr(backend, "choice_logprobs", None))
 
     def choice(self, name: str, field: str, *, lang: str | None = None,
                **values: Any) -> dict[str, float]:

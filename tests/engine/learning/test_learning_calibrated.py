@@ -9,7 +9,7 @@ import math
 import pytest
 
 from bench.oracle import OracleLLM
-from bench.triage import durable_turn, table
+from bench.triage import durable_turn, extract_table, table
 from engine.bank.store import SkillBank
 from engine.learning import Pipeline
 from engine.learning import triage as gate
@@ -160,6 +160,41 @@ def test_extraction_reads_the_triaged_turn_as_evidence_and_earlier_requests_as_c
     assert fast[0].focus == 0
 
 
+class ExtractScored(OracleLLM):
+    """An oracle whose extraction answer starts with ' []' with probability ``p_empty``."""
+
+    def __init__(self, sc, p_empty: float):
+        super().__init__(sc)
+        self.p_empty, self.min_items = p_empty, []
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        assert prefix == '{"skills":' and " []" in options
+        rest = (1 - self.p_empty) / (len(options) - 1)
+        return {o: math.log(self.p_empty if o == " []" else rest) for o in options}
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "skills" in set(schema.get("properties") or {}):
+            self.min_items.append(schema["properties"]["skills"].get("minItems", 0))
+        return super().structured(messages, schema, params, cancel)
+
+
+@pytest.mark.parametrize("p_empty,written", [(0.8, False), (0.3, True)])
+def test_extraction_decides_by_its_first_token_and_then_must_write_a_skill(tmp_path, p_empty,
+                                                                          written):
+    sc = {"expect": [{"outcome": "add", "name": "No ibuprofen", "evidence": "warfarin",
+                      "constraints": ["Never suggest ibuprofen or aspirin"],
+                      "keywords": ["ibuprofen"]}]}
+    llm = ExtractScored(sc, p_empty)
+    pipe = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm))
+    pipe.checkpoint = lambda: None
+    w = gate.windows([U("I'm on warfarin, so no ibuprofen or aspirin for my headaches.")],
+                     "turn", lambda turns: "constraint")
+    found, failed = pipe.extract(w[0])
+    assert failed is None and bool(found) is written
+    # below the bar nothing is generated; at or above it the schema asks for a skill
+    assert llm.min_items == ([1] if written else [])
+
+
 def test_bench_triage_labels_turns_by_the_evidence_and_tabulates_bars():
     sc = {"id": "x", "expect": [{"evidence": "avoid gluten"}]}
     assert durable_turn(sc, "I strictly avoid gluten.") and not durable_turn(sc, "Hi")
@@ -168,6 +203,10 @@ def test_bench_triage_labels_turns_by_the_evidence_and_tabulates_bars():
     out = table(rows, bars=(0.5, 0.7))
     assert "0.5   | 1/1 (1.00)" in out and "| 1/1 (1.00)" in out.splitlines()[3]
     assert out.splitlines()[4].endswith("0/1")  # at 0.7 the one-off is no longer let through
+    rows[0]["pe"], rows[1]["pe"] = 0.35, 0.2  # extraction's P(a skill) on the passed turns
+    ext = extract_table(rows, bars=(0.3, 0.4)).splitlines()
+    assert ext[3].startswith("0.3   | 1/1") and ext[3].endswith("0/1")
+    assert ext[4].startswith("0.4   | 0/1")
 
 
 # ------------------------------------------------------------------------------ grounding
