@@ -84,6 +84,7 @@ def grounded(rule: str, user_toks: set[str], user_text: str) -> bool:
 
 
 _QUOTE = re.compile(r"[\"“「『‘][^\"”」』’]*[\"”」』’]|(?<!\w)'[^']{2,}'(?!\w)")
+MERGE_SOURCED = 0.7  # share of a merged rule's words that the skill's or the new rules must hold
 MAX_TRIGGER_CHARS = 60  # a trigger is a short request a user would type, not a pasted sentence
 
 
@@ -270,6 +271,15 @@ def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
     replaced = [r for r in (replaced or []) if any(_listed(r, [o]) for o in existing.constraints)]
     rules = [r for r in dedupe(merged.constraints)
              if not (_listed(r, replaced) and not _listed(r, new.constraints))]
+    # a merge recombines what the skill and the new rule say; a rule with words from neither
+    # is the model's own (a case detail of the conversation it saw, or an invention) and goes
+    said = existing.constraints + new.constraints
+    source = content_tokens("\n".join(said))
+    invented = [r for r in rules if coverage(r, source) < MERGE_SOURCED
+                and max((jaccard(r, x) for x in said), default=0.0) < 0.4]
+    for r in invented:
+        notes.append(f"dropped rule {clip(r, 60)!r}: neither the skill nor the new rule says it")
+    rules = [r for r in rules if r not in invented]
     for old in existing.constraints:
         if _listed(old, replaced) and new.constraints:
             notes.append(f"replaced rule {clip(old, 60)!r} (the old wording is in the history)")

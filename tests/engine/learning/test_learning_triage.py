@@ -216,6 +216,28 @@ def test_a_contradicting_rule_replaces_the_old_one_when_the_model_names_it():
     assert "List attendees first" in merged.constraints
 
 
+def test_a_merge_keeps_no_rule_that_neither_the_skill_nor_the_new_rule_says():
+    ex = Candidate(name="Step-by-step guides", description="d",
+                   constraints=["Number every step", "One action per step"])
+    new = Candidate(name="Step-by-step guides", description="d",
+                    constraints=["Say what the user should see after each step"])
+    # the model merged in the case it saw (a router reset on the user's phone) and reworded
+    merged = Candidate(name="x", description="d",
+                       constraints=["Number every step", "One action per step",
+                                    "Say what the user should see after each step",
+                                    "Restart the Netgear router from the phone app first"])
+    notes = repair_merge(merged, ex, new)
+    assert merged.constraints == ["Number every step", "One action per step",
+                                  "Say what the user should see after each step"]
+    assert any("neither the skill nor the new rule" in n for n in notes)
+    # a rewording that combines what both say stays
+    merged = Candidate(name="x", description="d",
+                       constraints=["Number every step, one action per step",
+                                    "After each step say what the user should see"])
+    repair_merge(merged, ex, new)
+    assert "Number every step, one action per step" in merged.constraints
+
+
 def test_a_contradicting_merge_keeps_the_old_wording_in_history(tmp_path, embedder):
     sc = PEOPLE["m-en-minutes-flip"]
     desk = open_desk(tmp_path / "bank", embedder, ModelWorker(OracleLLM(sc)))
