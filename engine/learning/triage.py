@@ -33,10 +33,11 @@ TRIAGE_TURNS = 4  # user turns the triage reads (the newest and up to three befo
 TRIAGE_CALLS = 3  # whole conversations: triage at most the last N turns of a segment
 # The model's probability of a durable kind (1 - P("none") after '{"kind": "') that counts as
 # "yes". Fitted with `skilldesk bench triage --split tune` on Qwen2.5-Coder-1.5B (46 user turns
-# of the people set's tune half that no cue word fast-tracks, 22 durable): 0.62 has the best
-# balanced accuracy (0.80: 17/22 durable turns let through, 4/24 others, 1 of 6 one-off chats);
-# at 0.5 — about the model's argmax — 15/24 others got through. AUC 0.89 with this prompt.
-DURABLE_MIN_P = 0.62
+# of the people set's tune half that no cue word fast-tracks, 22 durable), by the best balanced
+# accuracy on a 0.02 grid. Third round, with the prompt's follow-up, constraint and "don't"
+# examples (AUC 0.89 -> 0.97 on those turns): 0.58 lets 22/22 durable turns and 4/24 others
+# through (1 of 6 one-off chats). Second round, old prompt: 0.62, 17/22 and 4/24.
+DURABLE_MIN_P = 0.58
 
 _EN_PREFERENCE = [
     r"\bfrom now on\b", r"\bgoing forward\b", r"\bfrom here on\b", r"\bin (the )?future\b",
