@@ -41,11 +41,12 @@ RULE_FIX_SCORE = 0.3  # the same, for a correction of the last answer
 EXTRACT_PREFIX = '{"skills":'
 EXTRACT_OPTIONS = {"none": " []", "some": ' [{"', "some_": " [{", "some_nl": " [\n",
                    "some_sp": " ["}
-# Fitted with `skilldesk bench triage --extract --split tune` (Qwen2.5-Coder-1.5B; the 26 turns
-# triage let through, 19 durable): at 0.3 all 19 are written and 5 of 7 others, as at 0.5,
-# where 2 durable turns (a format rule, a "show an example first" rule, P 0.31) got nothing —
-# greedy decoding's choice, the largest recall loss of the second round. The two one-off
-# turns scored 0.14 and 0.22: the margin is thin, so the held-out halves decide if it stands.
+# Fitted with `skilldesk bench triage --extract --split tune` (Qwen2.5-Coder-1.5B): with the
+# second round's triage, on the 26 turns it let through (19 durable), 0.3 writes all 19 and 5
+# of 7 others, as 0.5 does, where 2 durable turns (a format rule, "show an example first", P
+# 0.31) got nothing — greedy decoding's choice, the largest recall loss of that round. With the
+# third round's triage (31 turns, 24 durable): 23/24 at 0.3, 20/24 at 0.5, 5/7 others at both.
+# The one-off turns scored 0.14 and 0.22: a thin margin; the held-out halves decide.
 EXTRACT_MIN_P = 0.3
 MERGE_FLOOR = 0.35  # a model's "merge" into a neighbour scoring below this and sharing almost
 #                     no words with the candidate is overruled into an add (dev set: true merge
