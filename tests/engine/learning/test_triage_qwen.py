@@ -65,3 +65,26 @@ def test_qwen_triage_keeps_what_lasts(pipeline):
     "Just this once, reply in Italian: my cousin is reading along."])
 def test_qwen_triage_drops_one_offs(pipeline, said):
     assert decide(pipeline, said) is None
+
+
+def test_qwen_extraction_decides_by_a_probability_and_then_writes(pipeline, monkeypatch):
+    """Extraction's first decision on the recommended model, on a turn triage let through: a
+    lasting rule reaches the bar and the answer then holds a skill in the user's words (the
+    checks still run); with the bar out of reach nothing is generated. (Its probability is no
+    gate on its own: a plain unit conversion scored 0.64 here. Triage comes first.)"""
+    from engine.learning import pipeline as pipeline_module
+    from engine.learning import triage
+
+    said = ["Check the grammar of this paragraph.",
+            "When you fix my writing, list each change you made under the text."]
+    rule = triage.Window(turns=triage.user_turns([{"role": "user", "content": s} for s in said]),
+                         cues=["model:rule"], focus=1)
+    p_rule = pipeline.extract_score(pipeline.extract_values(rule))
+    assert pipeline_module.EXTRACT_MIN_P <= p_rule <= 1.0
+    found, failed = pipeline.extract(rule)
+    assert failed is None and found  # decided: the schema asked for at least one skill
+    assert any("change" in r.lower() for c in found for r in c.constraints)
+    monkeypatch.setattr(pipeline_module, "EXTRACT_MIN_P", 1.01)
+    calls = pipeline.llm.stats.snapshot()
+    assert pipeline.extract(rule) == ([], None)
+    assert pipeline.llm.stats.snapshot()[0] == calls[0] + 1  # the score only, no generation
