@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from engine.learning.candidate import Candidate
-from engine.learning.rules import named_tools
+from engine.learning.rules import is_question, named_tools
 from engine.text import (
     ZH_STOP,
     clip,
@@ -176,7 +176,10 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     user_toks = content_tokens(user_text)
     kept, dropped = [], []
     for rule in c.constraints:
-        if _empty_rule(rule) or _copied_from_assistant(rule, user_toks, assistant_text):
+        # a question is a request, never a rule (Qwen-1.5B wrote "年化6%，十年后大概有多少？" —
+        # the user's question, with its case numbers — as the rule of a skill)
+        if _empty_rule(rule) or is_question(rule) or _copied_from_assistant(
+                rule, user_toks, assistant_text):
             dropped.append(rule)
         elif grounded(rule, user_toks, user_text):
             kept.append(rule)

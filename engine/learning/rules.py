@@ -87,6 +87,11 @@ def _clean(sentence: str) -> str:
     return s[:1].upper() + s[1:] if s else s
 
 
+def is_question(text: str) -> bool:
+    """The sentence asks something ("…?", "…吗") rather than stating a rule."""
+    return bool(_QUESTION.search(_QUOTED.sub(" ", normalize(text)).strip().rstrip(" .。")))
+
+
 def is_rule_sentence(sentence: str) -> bool:
     s = _CONTENT_AFTER_COLON.sub("", _QUOTED.sub(" ", normalize(sentence))).strip()
     if _FUTURE.search(s):

@@ -119,6 +119,14 @@ def test_vet_drops_rules_copied_from_the_assistant_and_scrubs_case_details():
     assert "@" not in c.name and "4821931" not in c.constraints[0]
 
 
+def test_vet_drops_a_question_written_as_a_rule():
+    said = "年化6%，十年后大概有多少？算收益的时候把通胀也扣掉，我想看实际购买力。"
+    c = cand(name="收益计算", constraints=["年化6%，十年后大概有多少？", "算收益的时候把通胀也扣掉"])
+    assert vet_candidate(c, said) is None and c.constraints == ["算收益的时候把通胀也扣掉"]
+    c = cand(constraints=["Can summaries start with a TL;DR?"])
+    assert "no rule grounded" in vet_candidate(c, "Can summaries start with a TL;DR?")
+
+
 def test_known_rule_and_merge_repair():
     existing = Candidate.from_skill(cand(name="Python code style", constraints=[
         "Use type hints on every function", "Use two spaces for indentation"]).to_skill())
