@@ -53,6 +53,8 @@ from engine.retrieval.embedders import Embedder, make_embedder
 from engine.retrieval.index import SCOPE_VALUES, skill_dir_of, skill_key
 from engine.settings import Settings, home_dir
 
+WORKER_CLOSE_S = 10.0  # close(): the longest wait for the model's running job (the app waits 15 s)
+
 log = logging.getLogger("skilldesk.desk")
 
 
@@ -119,7 +121,10 @@ class SkillDesk(SkillManagement):
         if queue is not None:
             queue.close()
         if worker is not None:
-            worker.close(wait=False)
+            # wait for the running job: it is cancelled (a generation stops within a token),
+            # but a prompt evaluation (the warm-up's prefill) runs to its end in llama.cpp, and
+            # a process that exits meanwhile crashed there (SIGSEGV at the app's exit in CI)
+            worker.close(wait=True, timeout=WORKER_CLOSE_S)
         if self._watcher is not None:
             self._watcher.stop()
             self._watcher = None

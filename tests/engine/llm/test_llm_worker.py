@@ -242,3 +242,29 @@ def test_factory_load_error_is_reported_to_jobs():
     with pytest.raises(ModelError, match="truncated"):
         worker.submit_chat(msg("a")).result(timeout=5)
     worker.close()
+
+
+def test_closing_the_desk_waits_for_a_prompt_evaluation_the_cancel_cannot_stop(
+        tmp_path, monkeypatch, embedder):
+    """A prefill (the warm-up) runs to its end inside llama.cpp whatever the cancel token
+    says; the desk's close must not return while it runs (a process that then exited crashed in
+    it: SIGSEGV at the app's exit)."""
+    import engine.desk as desk_module
+    from engine.desk import SkillDesk
+    from engine.settings import Settings
+
+    backend = ProbeBackend()
+    monkeypatch.setattr(desk_module, "make_worker", lambda settings: ModelWorker(backend))
+    desk = SkillDesk.open(tmp_path / "bank", user="default", config=Settings(), create=True,
+                          embedder=embedder)
+    started, done = threading.Event(), threading.Event()
+
+    def prefill(b, cancel):  # ignores the cancel token, like one llama_eval call
+        started.set()
+        time.sleep(0.5)
+        done.set()
+
+    desk.worker.submit(prefill, BACKGROUND, kind="warm-up")
+    assert started.wait(5)
+    desk.close()
+    assert done.is_set() and backend.closed  # the job ended, then the backend was closed
