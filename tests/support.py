@@ -33,6 +33,22 @@ class RecordingOracle(OracleLLM):
         return super().stream_chat(messages, params, cancel)
 
 
+class FixedExtract(OracleLLM):
+    """The scripted model whose extraction always answers one skill with these ``rules``
+    (what a small model wrote in a reported case), whatever the user said."""
+
+    def __init__(self, rules: list[str], *, name: str = "Summary format",
+                 examples: list[str] = (), triggers: list[str] = ("write a summary",),
+                 sc: dict | None = None):
+        super().__init__(sc)
+        self.skill = {"name": name, "description": f"{name}.", "constraints": list(rules),
+                      "goal": "", "workflow": [], "triggers": list(triggers), "tags": [],
+                      "examples": list(examples), "level": "functional", "confidence": 0.9}
+
+    def _extract(self, prompt: str) -> dict:
+        return {"skills": [dict(self.skill)]}
+
+
 class DeskMaker:
     """``make(llm, scenario=None, skills=(), starter=None)``: a desk in a fresh folder on the
     scripted ``llm``; ``close()`` closes every desk and worker it made."""

@@ -17,7 +17,7 @@ from engine.learning.candidate import Candidate
 from engine.learning.pipeline import Neighbour, shares_task
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
-from tests.support import A, U
+from tests.support import A, FixedExtract, U
 
 KINDS = ["none", "preference", "rule", "correction", "persona", "format", "constraint"]
 
@@ -223,18 +223,12 @@ def test_own_sentence_picks_the_users_sentence_that_says_the_paraphrased_rule():
                         ["Turn these notes into meeting minutes: action needed."]) is None
 
 
-class Paraphrase(OracleLLM):
-    def _extract(self, prompt):
-        return {"skills": [{"name": "Spice level", "description": "No spicy food.",
-                            "constraints": ["不推荐辣的食物"], "goal": "", "workflow": [],
-                            "triggers": ["推荐菜"], "tags": [], "examples": [],
-                            "level": "functional", "confidence": 0.9}]}
-
-
 def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_path):
     sc = {"expect": [{"outcome": "add", "evidence": "不能吃辣"}]}
     bank = SkillBank(tmp_path / "bank")
-    actions = Pipeline(bank, "default", LLMClient(Paraphrase(sc))).run(
+    paraphrase = FixedExtract(["不推荐辣的食物"], name="Spice level", triggers=["推荐菜"],
+                              sc=sc)
+    actions = Pipeline(bank, "default", LLMClient(paraphrase)).run(
         [U("我完全不能吃辣。")], "turn")
     assert [a.kind for a in actions] == ["add"]
     assert "我完全不能吃辣" in actions[0].skill.instructions

@@ -23,7 +23,7 @@ from engine.learning.rules import rule_extract, short_name
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
-from tests.support import A, U, open_desk, replay
+from tests.support import A, FixedExtract, U, open_desk, replay
 
 PEOPLE = {s["id"]: s for s in load_scenarios("people")}
 
@@ -343,52 +343,27 @@ def test_a_judge_naming_a_skill_it_was_not_shown_never_drops_the_rule(tmp_path, 
         desk.close()
 
 
-class ForgetfulExtract(OracleLLM):
-    """Keeps one of the user's two rules and moves the other into a made-up example (what
-    Qwen-1.5B did with "start every summary with a TL;DR, then at most three bullets")."""
-
-    def structured(self, messages, schema, params=None, cancel=None):
-        if "skills" in set(schema.get("properties") or {}):
-            self.calls.append("extract")
-            return {"skills": [{"name": "Summary format", "description": "Summaries.",
-                                "constraints": ["No more than three bullet points"],
-                                "goal": "", "workflow": [], "triggers": ["write a summary"],
-                                "tags": [], "examples": ["TL;DR: key points. - one - two"],
-                                "level": "functional", "confidence": 0.9}]}
-        return super().structured(messages, schema, params, cancel)
-
-
 def test_a_cue_word_rule_is_never_lost_and_examples_are_the_users_own(tmp_path):
     said = [U("From now on, always start every summary you write for me with a one-line "
               "TL;DR, then give at most three bullet points."), A("OK.")]
     bank = SkillBank(tmp_path / "bank")
-    actions = Pipeline(bank, "default", LLMClient(ForgetfulExtract())).run(said, "turn")
+    # Qwen-1.5B kept one of the two rules and moved the other into a made-up example
+    forgetful = FixedExtract(["No more than three bullet points"],
+                             examples=["TL;DR: key points. - one - two"])
+    actions = Pipeline(bank, "default", LLMClient(forgetful)).run(said, "turn")
     [add] = [a for a in actions if a.kind == "add"]
     body = add.skill.instructions.lower()
     assert "tl;dr" in body and "three bullet" in body
     assert add.skill.examples == []  # the model's invented example is not the user's
 
 
-class RewordingExtract(OracleLLM):
-    """Rewords the user's cue-word rule and drops the word that made it theirs (what
-    Qwen-1.5B did with "I always want summaries to start with a one-line TL;DR")."""
-
-    def structured(self, messages, schema, params=None, cancel=None):
-        if "skills" in set(schema.get("properties") or {}):
-            self.calls.append("extract")
-            return {"skills": [{"name": "Summary format", "description": "Summaries.",
-                                "constraints": ["Start with a one-line summary"],
-                                "goal": "", "workflow": [], "triggers": ["write a summary"],
-                                "tags": [], "examples": [], "level": "functional",
-                                "confidence": 0.9}]}
-        return super().structured(messages, schema, params, cancel)
-
-
 def test_a_reworded_cue_word_rule_keeps_the_users_own_words(tmp_path):
     said = [U("Summarize: the office is closed on Monday. Again, I always want summaries to "
               "start with a one-line TL;DR."), A("OK.")]
     bank = SkillBank(tmp_path / "bank")
-    actions = Pipeline(bank, "default", LLMClient(RewordingExtract())).run(said, "turn")
+    # Qwen-1.5B reworded the rule and dropped the word that made it the user's
+    rewording = FixedExtract(["Start with a one-line summary"])
+    actions = Pipeline(bank, "default", LLMClient(rewording)).run(said, "turn")
     [add] = [a for a in actions if a.kind == "add"]
     rules = [ln for ln in add.skill.instructions.splitlines() if ln.startswith("- ")]
     assert rules == ["- Summaries should always start with a one-line TL;DR"], rules
