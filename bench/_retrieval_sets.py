@@ -34,9 +34,9 @@ DATA = Path(__file__).resolve().parent / "data"
 STARTER = RESOURCES / "starter"  # the starter skills a new bank receives
 USER = "bench"
 SPLITS = ("tune", "heldout")
-ALL_SPLITS = ("tune", "heldout", "fresh", "fresh2")
+ALL_SPLITS = ("tune", "heldout", "fresh", "fresh2", "fresh3")
 # "seen": the old held-out half
-LABELS = {"tune": "tune", "heldout": "seen", "fresh": "fresh", "fresh2": "fresh2"}
+LABELS = {"heldout": "seen"}
 
 
 def label(split: str) -> str:

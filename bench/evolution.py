@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.learning_scenarios import Score, load_scenarios, score, seed_bank, skill_blob
+from bench.learning_scenarios import SPLITS, Score, load_scenarios, score, seed_bank, skill_blob
 
 PROBES = [
     "Summarize this article: Remote work grew fast after 2020. Companies saved office costs, "
@@ -65,9 +65,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--embedder", default=None, help="embedder name (default: the settings')")
     p.add_argument("--scenarios", help="another scenario file (.jsonl) or set name "
                                        "('people': conversations written like real users')")
-    p.add_argument("--split", choices=["tune", "heldout", "fresh", "fresh2"],
-                   help="only the scenarios of this split (sets that have one; 'fresh' and "
-                        "'fresh2' are people_fresh*.jsonl, read by nobody while tuning)")
+    p.add_argument("--split", choices=SPLITS,
+                   help="only the scenarios of this split (sets that have one; the fresh splits "
+                        "are people_fresh*.jsonl, each read by nobody until its one run)")
     p.add_argument("--verbose", "-v", action="store_true", help="print every failed scenario")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--bank", help=argparse.SUPPRESS)

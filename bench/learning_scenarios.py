@@ -12,7 +12,8 @@ wording counts. Two views: **by count** (a write where one was expected, whateve
 details: names, numbers, topic nouns of this one request; none may appear in a written skill's
 name, description, goal, rules or triggers — a *leak*), ``absent`` (an old rule a contradicting
 merge must replace), ``examples`` (the skill should carry an example). A scenario may carry a
-``split`` ("tune", "heldout", "fresh" or "fresh2"): the held-out half is never looked at while tuning.
+``split`` (:data:`SPLITS`): the held-out half is never looked at while tuning; each fresh split
+(``fresh``, ``fresh2``, ``fresh3``…) lives in its own file, ``people_<split>.jsonl``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from engine.text import normalize
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 SCENARIOS = SCENARIO_DIR / "evolution.jsonl"
+SPLITS = ("tune", "heldout", "fresh", "fresh2", "fresh3")
 QUICK = ["en-tldr-once", "zh-formal-tone", "en-repeat-bullets", "en-oneoff-always-question",
          "zh-oneoff-dont", "en-correct-indent", "zh-correct-weekly", "en-add-then-correct",
          "en-two-tasks", "zh-switch", "en-known"]
@@ -48,8 +50,8 @@ def scenario_path(path: str | Path | None) -> Path:
 def load_scenarios(path: str | Path | None = None, ids: list[str] | None = None,
                    quick: bool = False, limit: int | None = None,
                    split: str | None = None) -> list[dict[str, Any]]:
-    if split in ("fresh", "fresh2") and path in (None, "people"):  # each fresh set lives in
-        path = f"people_{split}"                                     # its own file
+    if split and split.startswith("fresh") and path in (None, "people"):
+        path = f"people_{split}"  # each fresh set lives in its own file
     rows = [json.loads(line) for line in scenario_path(path).read_text("utf-8").splitlines()
             if line.strip()]
     if split:
