@@ -8,7 +8,9 @@ probability of a durable kind (:meth:`Pipeline.triage_score`, one forward pass).
 (and every turn of a one-off scenario) is not. The table gives, per bar: the durable turns let
 through (recall), the other turns let through (false yes), and the one-off scenarios with at
 least one false yes (each would cost an extraction, and possibly a junk skill). Nothing is
-written; no extraction runs.
+written. ``--extract`` adds extraction's first decision on the turns triage lets through;
+``--rules`` runs that extraction and scores each extracted rule with the keep check
+(``keep.md``) beside word-overlap grounding, labelled from the scenario (:func:`rule_label`).
 
     skilldesk bench triage --model recommended --scenarios people --split tune
 """
@@ -22,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.learning_scenarios import load_scenarios
+from bench.learning_scenarios import SPLITS, load_scenarios
 from engine.text import normalize
 
 BARS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
@@ -32,7 +34,7 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="skilldesk bench triage", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="recommended", help="registry key or .gguf path")
     p.add_argument("--scenarios", default="people", help="scenario file or set name")
-    p.add_argument("--split", choices=["tune", "heldout", "fresh", "fresh2"], help="only this split")
+    p.add_argument("--split", choices=SPLITS, help="only this split")
     p.add_argument("--limit", type=int, help="at most N scenarios")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", metavar="FILE", help="also write every scored turn as JSON")
@@ -44,6 +46,10 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--extract", action="store_true",
                    help="also score extraction's first decision (P(a skill), one forward pass) "
                         "on every turn triage lets through, and tabulate EXTRACT_MIN_P bars")
+    p.add_argument("--rules", action="store_true",
+                   help="with --extract: run extraction where it decides to write, and score "
+                        "every extracted rule with the keep check (P(keep), one forward pass) "
+                        "beside word-overlap grounding; tabulate KEEP_MIN_P bars")
     p.add_argument("--bank", help=argparse.SUPPRESS)
     p.add_argument("--user", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -56,7 +62,7 @@ def durable_turn(sc: dict[str, Any], text: str) -> bool:
 
 
 def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
-                extract: bool = False) -> list[dict[str, Any]]:
+                extract: bool = False, rules: bool = False) -> list[dict[str, Any]]:
     """One row per user turn: fast-tracked by cues, or the model's probability. ``between()``
     runs before each triage call (another prompt in the KV cache, as in the app). With
     ``extract``, every turn triage lets through also gets ``pe``: extraction's P(a skill)."""
@@ -83,8 +89,64 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                "s": seen[0][1] if seen else 0.0}
         if extract and passed:
             row["pe"] = pipe.extract_score(pipe.extract_values(passed[-1]))
+            if rules and row["pe"] is not None:
+                row["rules"] = score_rules(pipe, sc, passed[-1])
         rows.append(row)
     return rows
+
+
+def rule_label(sc: dict[str, Any], rule: str) -> bool | None:
+    """Whether a rule should be kept, from the scenario's expectations: no (a one-off, or it
+    holds a case detail the scenario forbids), yes (it holds a keyword of an expected add or
+    merge), or unknown (anything else: not counted)."""
+    t = normalize(rule)
+    items = sc["expect"]
+    if not items or any(normalize(f) in t for e in items for f in e.get("forbid") or []):
+        return False
+    for e in items:
+        if e["outcome"] != "known" and any(
+                normalize(alt) in t for k in e["keywords"] for alt in k.split("|")):
+            return True
+    return None
+
+
+def score_rules(pipe: Any, sc: dict[str, Any], w: Any) -> list[dict[str, Any]]:
+    """Extract from window ``w`` as the app does, then for every rule: word-overlap grounding,
+    the model's P(keep), the label (:func:`rule_label`)."""
+    from engine.learning.checks import grounded
+    from engine.text import content_tokens
+
+    cands, _ = pipe.extract(w)
+    toks = content_tokens(w.user_text)
+    return [{"rule": r, "lexical": grounded(r, toks, w.user_text),
+             "pk": pipe.keep_score(w, r), "label": rule_label(sc, r)}
+            for c in cands for r in c.constraints]
+
+
+def rules_table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
+    """Extracted rules with a label: what word-overlap grounding keeps, what P(keep) >= bar
+    keeps, and the two combined (either one)."""
+    rs = [r for row in rows for r in row.get("rules") or []
+          if r["label"] is not None and r["pk"] is not None]
+    pos = [r for r in rs if r["label"]]
+    neg = [r for r in rs if not r["label"]]
+
+    def line(name: str, keep: Any) -> str:
+        tp, fp = sum(map(keep, pos)), sum(map(keep, neg))
+        bal = (tp / max(1, len(pos)) + 1 - fp / max(1, len(neg))) / 2
+        return f"{name:<22}| {tp}/{len(pos)}{'':<10}| {fp}/{len(neg)}{'':<8}| {bal:.2f}"
+
+    lines = [f"extracted rules with a label: {len(rs)} ({len(pos)} wanted, {len(neg)} not; "
+             f"{sum(r['label'] is None for row in rows for r in row.get('rules') or [])} "
+             "unlabelled)",
+             "kept by               | wanted kept   | others kept | balanced acc",
+             "----------------------|---------------|-------------|-------------",
+             line("word overlap", lambda r: r["lexical"])]
+    for b in bars:
+        lines.append(line(f"P(keep) >= {b}", lambda r, b=b: r["pk"] >= b))
+    for b in bars:
+        lines.append(line(f"overlap or P >= {b}", lambda r, b=b: r["lexical"] or r["pk"] >= b))
+    return "\n".join(lines)
 
 
 def extract_table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
@@ -156,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                     worker.submit_chat(msgs, GenParams(max_tokens=1, temperature=0),
                                        priority=BACKGROUND).result()
             for sc in scenarios:
-                rows += score_turns(pipe, sc, between, a.extract)
+                rows += score_turns(pipe, sc, between, a.extract, a.rules)
     finally:
         worker.close()
     print(f"{spec.title}: {len(scenarios)} scenarios"
@@ -164,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     if a.extract:
         print(extract_table(rows))
+    if a.rules:
+        print(rules_table(rows))
     secs = [r["s"] for r in rows if r["p"] is not None]
     if secs:
         print(f"seconds per scored turn: {sum(secs) / len(secs):.2f} (prefix snapshot "

@@ -48,9 +48,11 @@ EXTRACT_OPTIONS = {"none": " []", "some": ' [{"', "some_": " [{", "some_nl": " [
 # third round's triage (31 turns, 24 durable): 23/24 at 0.3, 20/24 at 0.5, 5/7 others at both.
 # The one-off turns scored 0.14 and 0.22: a thin margin; the held-out halves decide.
 EXTRACT_MIN_P = 0.3
-MERGE_FLOOR = 0.35  # a model's "merge" into a neighbour scoring below this and sharing almost
-#                     no words with the candidate is overruled into an add (dev set: true merge
-#                     targets score 0.49-0.57; a SQL rule "merged" into an email skill: 0.31)
+# ...unless triage was sure: its P(durable) at or above this overrules extraction's "nothing"
+# (fourth round, pooled turns of the tune, seen, fresh and fresh2 splits (`bench triage
+# --extract`): extraction answered "nothing" (P 0.05-0.28) to "do not recap", "three sentences
+# at most" after triage's 0.84-0.93, and no turn that was not durable reached 0.8 in triage)
+TRIAGE_SURE_P = 0.8
 
 
 @dataclass
@@ -98,12 +100,14 @@ class Pipeline:
         if llm is None:  # no model: only what rules can do
             self.policy.update(extract="rule", judge="rule", merge="rule")
         self.top_m = top_m
+        self.triaged: dict[int, float] = {}
 
     # ------------------------------------------------------------------------------ the run
     def run(self, messages: list[dict], mode: str = "turn", turn_id: str | None = None,
             checkpoint: Callable[[], None] | None = None) -> list[Action]:
         """Learn from ``messages``; ``checkpoint()`` runs between steps (pause / stop)."""
         self.checkpoint = checkpoint or (lambda: None)
+        self.triaged = {}  # message index -> triage's P(durable), for extraction
         actions: list[Action] = []
         decide = self._triage if self.policy.get("triage") == "llm" and self.llm is not None \
             else None
@@ -115,10 +119,11 @@ class Pipeline:
             fixing = any(triage.is_fixing(t.text) for t in w.turns[-1:])
             texts = [t.text for t in w.turns]
             vetted = []
+            keep = self.keeper(w)
             for c in candidates:
                 c.fixing = fixing
                 said = list(c.constraints)
-                why = vet_candidate(c, w.user_text, w.assistant_text, texts)
+                why = vet_candidate(c, w.user_text, w.assistant_text, texts, keep)
                 if why and why.startswith("no rule grounded"):
                     # the model paraphrased the user too far (Qwen-1.5B on the tune half:
                     # "Use phrases like 'matey'" for "talk to me like a cheerful pirate", "不推荐
@@ -127,7 +132,7 @@ class Pipeline:
                     own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
                     if own is not None:
                         c.constraints = [own]
-                        why = vet_candidate(c, w.user_text, w.assistant_text, texts)
+                        why = vet_candidate(c, w.user_text, w.assistant_text, texts, keep)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:
@@ -156,7 +161,7 @@ class Pipeline:
                 # hold what it missed (never anything the user did not say)
                 for c in rule_extract(w):
                     c.fixing = fixing
-                    if vet_candidate(c, w.user_text, w.assistant_text, texts) is None:
+                    if vet_candidate(c, w.user_text, w.assistant_text, texts, keep) is None:
                         vetted.append(c)
             if not candidates and not vetted and failed is None:
                 actions.append(Action("discard", reason="no reusable rule in the user's messages"
@@ -181,6 +186,8 @@ class Pipeline:
         (``skilldesk bench triage``). An unusable answer is "nothing" (the cost of a miss is one
         lost rule, the cost of a false yes one extraction call whose checks still stand)."""
         p, kind = self.triage_score(turns)
+        if p is not None:
+            self.triaged[turns[-1].index] = p
         return kind if p is not None and p >= triage.DURABLE_MIN_P else None
 
     def triage_score(self, turns: list[triage.UserTurn]) -> tuple[float | None, str | None]:
@@ -212,7 +219,8 @@ class Pipeline:
         if p is not None:
             log.info("evolution: extraction P(a skill) %.3f (%s)", p,
                      clip(values["user_turns"], 80))
-            if p < EXTRACT_MIN_P:
+            sure = max((self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0)
+            if p < EXTRACT_MIN_P and sure < TRIAGE_SURE_P:
                 return [], None
             lang = values["lang"]
             schema = self.llm.prompt("extract", lang).schema or {}  # decided: write one
@@ -269,6 +277,30 @@ class Pipeline:
             log.info("evolution: extraction score unavailable (%s)", exc)
             return None
         return 1.0 - probs["none"]
+
+    # ------------------------------------------------------------------------------ keep
+    def keeper(self, w: triage.Window) -> Callable[[str], float | None] | None:
+        """The model's per-rule decision for window ``w`` (:meth:`keep_score`), where the model
+        extracts and its token probabilities can be read; None elsewhere (the word-overlap
+        grounding of :func:`vet_candidate` decides alone)."""
+        if self.policy["extract"] == "rule" or self.llm is None or not self.llm.scores_tokens:
+            return None
+        return lambda rule: self.keep_score(w, rule)
+
+    def keep_score(self, w: triage.Window, rule: str) -> float | None:
+        """P(the user asked for ``rule`` to hold beyond this request), read after
+        ``{"keep": "`` of ``keep.md`` (one forward pass; the window's turns come first, so the
+        rules of one candidate share the prompt's prefix in the KV cache). None when the model
+        gave no usable answer."""
+        self.checkpoint()
+        numbered = "\n".join(f"{i}. {clip(scrub(t.text), 300)}" for i, t in enumerate(w.turns, 1))
+        try:
+            return self.llm.choice("keep", "keep", user_turns=numbered, rule=clip(rule, 200))["yes"]
+        except Cancelled:
+            raise
+        except (SkillDeskError, ValueError, KeyError) as exc:
+            log.info("evolution: keep score unavailable (%s)", exc)
+            return None
 
     # ------------------------------------------------------------------------------ judge
     def neighbours(self, c: Candidate) -> list[Neighbour]:
@@ -335,11 +367,6 @@ class Pipeline:
                     return "add", None, (f"{reason} — it named skill #{target}, which it was "
                                          "not shown, and none shown is clearly the same task")
             n = same[target - 1]
-            overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]),
-                              Candidate.from_skill(n.skill).text)
-            if n.score < MERGE_FLOOR and overlap < 0.1:  # a merge into an unrelated skill
-                return "add", None, (f"{reason} — overruled: {n.skill.title} is unrelated "
-                                     f"(score {n.score:.2f})")
             mine, theirs = named_tools(c.text), named_tools(Candidate.from_skill(n.skill).text)
             if mine and theirs and mine.isdisjoint(theirs):  # SQL rules never go into Python
                 return "add", None, (f"{reason} — overruled: {n.skill.title} is about "
@@ -349,6 +376,8 @@ class Pipeline:
                 return "add", None, (f"{reason} — overruled: {n.skill.title} shares no word "
                                      "with this skill's task")
             return "merge", n, reason
+        if action == "discard" and 1 <= target <= len(same):  # "skill N already says it"
+            return "discard", same[target - 1], reason
         return action, None, reason
 
     def _judge_rule(self, c: Candidate, same: list[Neighbour]) -> tuple[str, Neighbour | None, str]:

@@ -14,7 +14,7 @@ from engine.bank.store import SkillBank
 from engine.learning import Pipeline
 from engine.learning import triage as gate
 from engine.learning.candidate import Candidate
-from engine.learning.pipeline import Neighbour, shares_task
+from engine.learning.pipeline import TRIAGE_SURE_P, Neighbour, shares_task
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
 from tests.support import A, FixedExtract, U
@@ -178,9 +178,10 @@ class ExtractScored(OracleLLM):
         return super().structured(messages, schema, params, cancel)
 
 
-@pytest.mark.parametrize("p_empty,written", [(0.8, False), (0.3, True)])
+@pytest.mark.parametrize("p_empty,sure,written", [(0.8, 0.0, False), (0.3, 0.0, True),
+                                                   (0.8, TRIAGE_SURE_P, True)])
 def test_extraction_decides_by_its_first_token_and_then_must_write_a_skill(tmp_path, p_empty,
-                                                                          written):
+                                                                          sure, written):
     sc = {"expect": [{"outcome": "add", "name": "No ibuprofen", "evidence": "warfarin",
                       "constraints": ["Never suggest ibuprofen or aspirin"],
                       "keywords": ["ibuprofen"]}]}
@@ -189,6 +190,7 @@ def test_extraction_decides_by_its_first_token_and_then_must_write_a_skill(tmp_p
     pipe.checkpoint = lambda: None
     w = gate.windows([U("I'm on warfarin, so no ibuprofen or aspirin for my headaches.")],
                      "turn", lambda turns: "constraint")
+    pipe.triaged = {0: sure}  # triage's P(durable) for the turn: sure enough overrules "[]"
     found, failed = pipe.extract(w[0])
     assert failed is None and bool(found) is written
     # below the bar nothing is generated; at or above it the schema asks for a skill
@@ -207,6 +209,21 @@ def test_bench_triage_labels_turns_by_the_evidence_and_tabulates_bars():
     ext = extract_table(rows, bars=(0.3, 0.4)).splitlines()
     assert ext[3].startswith("0.3   | 1/1") and ext[3].endswith("0/1")
     assert ext[4].startswith("0.4   | 0/1")
+
+
+def test_bench_triage_labels_extracted_rules_and_tabulates_the_keep_bar():
+    from bench.triage import rule_label, rules_table
+
+    sc = {"expect": [{"outcome": "add", "keywords": ["peanut|nut"], "forbid": ["Lisbon"]}]}
+    assert rule_label(sc, "Avoid peanuts") is True
+    assert rule_label(sc, "Avoid peanuts in Lisbon") is False  # a case detail
+    assert rule_label(sc, "Be kind") is None and rule_label({"expect": []}, "Avoid nuts") is False
+    rules = [{"label": True, "lexical": False, "pk": 0.7},  # paraphrased: only the model keeps it
+             {"label": True, "lexical": True, "pk": 0.2},
+             {"label": False, "lexical": False, "pk": 0.5}]
+    out = rules_table([{"rules": rules}], bars=(0.6,)).splitlines()
+    assert out[3].split("|")[1:3] == [" 1/2          ", " 0/1        "]  # word overlap
+    assert out[5].startswith("overlap or P >= 0.6") and " 2/2 " in out[5] and " 0/1 " in out[5]
 
 
 # ------------------------------------------------------------------------------ grounding
@@ -234,7 +251,7 @@ def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_pa
     assert "我完全不能吃辣" in actions[0].skill.instructions
 
 
-@pytest.mark.parametrize("split", ["fresh", "fresh2"])
+@pytest.mark.parametrize("split", ["fresh", "fresh2", "fresh3"])
 def test_the_fresh_sets_load_by_split_and_cover_what_the_issue_names(split):
     from bench.learning_scenarios import load_scenarios
     from engine.text import normalize

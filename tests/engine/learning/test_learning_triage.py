@@ -18,7 +18,13 @@ from engine.errors import StructuredOutputError
 from engine.learning import Pipeline
 from engine.learning import triage as gate
 from engine.learning.candidate import Candidate
-from engine.learning.checks import case_details, generalize, repair_merge, vet_candidate
+from engine.learning.checks import (
+    KEEP_MIN_P,
+    case_details,
+    generalize,
+    repair_merge,
+    vet_candidate,
+)
 from engine.learning.rules import rule_extract, short_name
 from engine.llm import tiers
 from engine.llm.client import LLMClient
@@ -184,6 +190,32 @@ def test_vet_uses_the_turns_to_generalize_and_keeps_a_stated_constraint():
     c = Candidate(name="Made up", description="x", constraints=["Use tabs in Go code"],
                   confidence=0.9)
     assert vet_candidate(c, said, "", [said]) is not None
+
+
+def test_the_models_keep_score_decides_a_rule_where_it_answers():
+    said = "I'm allergic to peanuts. Suggest a snack for the train."
+    own_words = "Avoid all products containing peanuts"  # one word of the user's: ungrounded
+    request = "Suggest a snack for the train"  # the request itself: grounded word for word
+
+    def vet(rule, keep):
+        c = Candidate(name="Snacks", description="x", constraints=[rule], confidence=0.9)
+        return vet_candidate(c, said, "", [said], keep)
+
+    assert vet(own_words, None) is not None and vet(request, None) is None  # words alone
+    high, low = (lambda r: KEEP_MIN_P), (lambda r: KEEP_MIN_P - 0.01)
+    assert vet(own_words, high) is None and vet(own_words, low) is not None  # the model's bar
+    assert vet(own_words, lambda r: None) is not None  # no usable answer: words alone
+    asked = []
+    assert vet(request, lambda r: asked.append(r) or 0.0) is None and not asked  # never asked
+    assert vet("Is a banana a good snack?", high) is not None  # a question never is a rule
+
+
+def test_the_keep_check_runs_only_where_token_scores_can_be_read(tmp_path):
+    bank = SkillBank(tmp_path)
+    w = gate.Window(turns=gate.user_turns([U("I only drink decaf. What goes with cake?")]),
+                    cues=[])
+    assert Pipeline(bank, "default", LLMClient(OracleLLM())).keeper(w) is None
+    assert Pipeline(bank, "default", None).keeper(w) is None
 
 
 def test_the_rule_fallback_never_names_a_skill_with_a_raw_sentence():
