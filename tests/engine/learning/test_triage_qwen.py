@@ -88,3 +88,17 @@ def test_qwen_extraction_decides_by_a_probability_and_then_writes(pipeline, monk
     calls = pipeline.llm.stats.snapshot()
     assert pipeline.extract(rule) == ([], None)
     assert pipeline.llm.stats.snapshot()[0] == calls[0] + 1  # the score only, no generation
+
+
+def test_qwen_keep_check_ranks_a_reworded_constraint_above_the_restated_request(pipeline):
+    """The keep check (keep.md) on the recommended model: a constraint the user stated, in
+    the extractor's own words, scores above the request itself restated as a rule; the bar
+    (KEEP_MIN_P) is fitted on four read splits (`bench triage --extract --rules`)."""
+    from engine.learning import triage
+
+    said = "I'm allergic to shellfish. What could I cook for dinner tonight?"
+    w = triage.Window(turns=triage.user_turns([{"role": "user", "content": said}]),
+                      cues=["model:constraint"])
+    reworded = pipeline.keep_score(w, "Suggest only dishes without shrimp, crab or mussels")
+    request = pipeline.keep_score(w, "Cook dinner tonight")
+    assert 0.0 <= request < reworded <= 1.0
