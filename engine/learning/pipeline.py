@@ -53,6 +53,12 @@ EXTRACT_MIN_P = 0.3
 # --extract`): extraction answered "nothing" (P 0.05-0.28) to "do not recap", "three sentences
 # at most" after triage's 0.84-0.93, and no turn that was not durable reached 0.8 in triage)
 TRIAGE_SURE_P = 0.8
+MERGE_FLOOR = 0.35  # a model's "merge" into a neighbour scoring below this and sharing almost
+#                     no words with the candidate is overruled into an add (dev set: true merge
+#                     targets score 0.49-0.57; a SQL rule "merged" into an email skill: 0.31).
+#                     Still needed beside shares_task: a film-rating rule shares the Chinese
+#                     bigram 推荐 with a travel plan skill (tune, 0.14); it costs one true merge
+#                     (a minutes rule at 0.31, fresh split)
 
 
 @dataclass
@@ -367,6 +373,11 @@ class Pipeline:
                     return "add", None, (f"{reason} — it named skill #{target}, which it was "
                                          "not shown, and none shown is clearly the same task")
             n = same[target - 1]
+            overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]),
+                              Candidate.from_skill(n.skill).text)
+            if n.score < MERGE_FLOOR and overlap < 0.1:  # a merge into an unrelated skill
+                return "add", None, (f"{reason} — overruled: {n.skill.title} is unrelated "
+                                     f"(score {n.score:.2f})")
             mine, theirs = named_tools(c.text), named_tools(Candidate.from_skill(n.skill).text)
             if mine and theirs and mine.isdisjoint(theirs):  # SQL rules never go into Python
                 return "add", None, (f"{reason} — overruled: {n.skill.title} is about "
