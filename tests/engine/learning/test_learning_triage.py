@@ -351,19 +351,24 @@ def test_bench_prefeval_rejects_a_missing_file_clearly(capsys):
 
 
 
-class WrongTargetLLM(OracleLLM):
-    """A judge that says "merge" into a skill number it was never shown."""
+class JudgeSays(OracleLLM):
+    """The oracle, but the judge always gives ``answer``."""
+
+    def __init__(self, sc, answer):
+        super().__init__(sc)
+        self.answer = answer
 
     def structured(self, messages, schema, params=None, cancel=None):
         if "action" in set(schema.get("properties") or {}):
             self.calls.append("judge")
-            return {"action": "merge", "target": 7, "reason": "same task"}
+            return dict(self.answer)
         return super().structured(messages, schema, params, cancel)
 
 
 def test_a_judge_naming_a_skill_it_was_not_shown_never_drops_the_rule(tmp_path, embedder):
     sc = PEOPLE["m-en-python"]
-    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(WrongTargetLLM(sc)))
+    llm = JudgeSays(sc, {"action": "merge", "target": 7, "reason": "same task"})
+    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(llm))
     try:
         seed_bank(desk.bank, "default", sc)
         desk.refresh()
@@ -371,6 +376,21 @@ def test_a_judge_naming_a_skill_it_was_not_shown_never_drops_the_rule(tmp_path, 
         writes = [a for a in actions if a.kind in ("add", "merge")]
         assert len(writes) == 1 and "not shown" in writes[0].reason
         assert "f-string" in writes[0].skill.instructions.lower()
+    finally:
+        desk.close()
+
+
+def test_a_judges_discard_names_the_shown_skill_that_already_says_it(tmp_path, embedder):
+    sc = PEOPLE["m-en-python"]
+    llm = JudgeSays(sc, {"action": "discard", "target": 1, "reason": "already there"})
+    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(llm))
+    try:
+        seeded = seed_bank(desk.bank, "default", sc)
+        desk.refresh()
+        actions = replay(desk, sc["messages"])
+        [judged] = [a for a in actions if a.step == "judge"]
+        assert judged.kind == "discard" and judged.skill is not None
+        assert judged.skill.title in seeded  # the skill the judge was shown as number 1
     finally:
         desk.close()
 
