@@ -129,16 +129,18 @@ class Pipeline:
             for c in candidates:
                 c.fixing = fixing
                 said = list(c.constraints)
-                why = vet_candidate(c, w.user_text, w.assistant_text, texts, keep)
+                why = vet_candidate(c, w.user_text, w.assistant_text, texts)
                 if why and why.startswith("no rule grounded"):
                     # the model paraphrased the user too far (Qwen-1.5B on the tune half:
                     # "Use phrases like 'matey'" for "talk to me like a cheerful pirate", "不推荐
                     # 辣的食物" for "我完全不能吃辣"): the user's own sentence of the evidence
-                    # turn that says the same thing is the rule, never anything they did not say
+                    # turn that says the same thing is the rule; only where there is none may
+                    # the model's keep check save its own wording (on fresh3 it kept "将信息分
+                    # 成小块" where the user's sentence asked for questions and answers)
                     own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
-                    if own is not None:
-                        c.constraints = [own]
-                        why = vet_candidate(c, w.user_text, w.assistant_text, texts, keep)
+                    c.constraints = [own] if own is not None else said
+                    why = vet_candidate(c, w.user_text, w.assistant_text, texts,
+                                        None if own is not None else keep)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:
@@ -167,7 +169,7 @@ class Pipeline:
                 # hold what it missed (never anything the user did not say)
                 for c in rule_extract(w):
                     c.fixing = fixing
-                    if vet_candidate(c, w.user_text, w.assistant_text, texts, keep) is None:
+                    if vet_candidate(c, w.user_text, w.assistant_text, texts) is None:
                         vetted.append(c)
             if not candidates and not vetted and failed is None:
                 actions.append(Action("discard", reason="no reusable rule in the user's messages"
@@ -288,7 +290,8 @@ class Pipeline:
     def keeper(self, w: triage.Window) -> Callable[[str], float | None] | None:
         """The model's per-rule decision for window ``w`` (:meth:`keep_score`), where the model
         extracts and its token probabilities can be read; None elsewhere (the word-overlap
-        grounding of :func:`vet_candidate` decides alone)."""
+        grounding of :func:`vet_candidate` decides alone). It is asked last: about a candidate
+        none of whose rules the user's words ground and no sentence of theirs says."""
         if self.policy["extract"] == "rule" or self.llm is None or not self.llm.scores_tokens:
             return None
         return lambda rule: self.keep_score(w, rule)

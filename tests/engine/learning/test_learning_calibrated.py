@@ -251,6 +251,39 @@ def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_pa
     assert "我完全不能吃辣" in actions[0].skill.instructions
 
 
+class KeepScored(FixedExtract):
+    """FixedExtract on a backend that reads token scores: extraction decides "a skill", the
+    keep check (keep.md) says yes with probability ``p_keep``."""
+
+    def __init__(self, rules, p_keep, **kw):
+        super().__init__(rules, **kw)
+        self.p_keep = p_keep
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        if prefix.startswith('{"keep"'):
+            self.calls.append("keep")
+            return {o: math.log(self.p_keep if o == "yes" else 1 - self.p_keep) for o in options}
+        return {o: math.log(0.01 if o == " []" else 0.99) for o in options}  # extraction
+
+
+def test_the_users_own_sentence_comes_before_the_models_keep_check(tmp_path):
+    bank = SkillBank(tmp_path / "bank")
+    said = [U("菜谱别写成一大段，按步骤一条一条列出来，我做饭时好对照。")]
+    # the model's wording lost the format; the user's own sentence says it: theirs wins, and
+    # the keep check is not asked
+    llm = KeepScored(["把内容拆成小段，方便阅读"], 0.99, name="菜谱格式")
+    [add] = Pipeline(bank, "default", LLMClient(llm)).run(said, "turn")
+    assert add.kind == "add" and "按步骤一条一条" in add.skill.instructions
+    assert "keep" not in llm.calls
+    # no sentence of the user's says it: the keep check decides on the model's wording
+    said = [U("I'm allergic to peanuts. Any snack ideas for the train?")]
+    for p_keep, kinds in ((0.99, ["add"]), (0.1, ["discard"])):
+        llm = KeepScored(["Suggest only nut-free foods"], p_keep, name="Nut-free food")
+        actions = Pipeline(SkillBank(tmp_path / f"b{p_keep}"), "default", LLMClient(llm)).run(
+            said, "turn")
+        assert [a.kind for a in actions] == kinds and "keep" in llm.calls
+
+
 @pytest.mark.parametrize("split", ["fresh", "fresh2", "fresh3"])
 def test_the_fresh_sets_load_by_split_and_cover_what_the_issue_names(split):
     from bench.learning_scenarios import load_scenarios
