@@ -390,8 +390,15 @@ class Pipeline:
                 return "add", None, (f"{reason} — overruled: {n.skill.title} shares no word "
                                      "with this skill's task")
             return "merge", n, reason
-        if action == "discard" and 1 <= target <= len(same):  # "skill N already says it"
-            return "discard", same[target - 1], reason
+        if action == "discard":
+            if 1 <= target <= len(same):  # "skill N already says it"
+                return "discard", same[target - 1], reason
+            # a discard that names no skill is the judge's own view that the rule is not worth
+            # keeping ("discount codes are not a task", "ending with Best regards is common
+            # practice"): triage, extraction and the checks already decided that; in four of
+            # the round's runs every such discard dropped a rule the user had stated
+            return "add", None, f"{reason} — overruled: a discard must name the skill that " \
+                                "already says it"
         return action, None, reason
 
     def _judge_rule(self, c: Candidate, same: list[Neighbour]) -> tuple[str, Neighbour | None, str]:
