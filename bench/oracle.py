@@ -155,9 +155,10 @@ class OracleLLM:
         existing = {normalize(name): int(i) for i, name in _NUMBERED.findall(new[-1])}
         named = [e for e in self.expect
                  if normalize(e.get("name") or e.get("into") or "") == cand_name]
-        item = next((e for e in named if e.get("constraints")
-                     and normalize(e["constraints"][0])[:40] in cand_rules), None)
-        item = item or (named[0] if named else None)
+        says = [e for e in self.expect if e.get("constraints")  # the checks may rename it
+                and normalize(e["constraints"][0])[:40] in cand_rules]
+        item = next((e for e in named if e in says), None)
+        item = item or (named[0] if named else None) or (says[0] if says else None)
         if item is None:
             return {"action": "discard", "target": 0, "reason": "not in the script"}
         if item.get("outcome") == "merge":
