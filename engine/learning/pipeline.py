@@ -393,12 +393,15 @@ class Pipeline:
         if action == "discard":
             if 1 <= target <= len(same):  # "skill N already says it"
                 return "discard", same[target - 1], reason
-            # a discard that names no skill is the judge's own view that the rule is not worth
-            # keeping ("discount codes are not a task", "ending with Best regards is common
-            # practice"): triage, extraction and the checks already decided that; in four of
-            # the round's runs every such discard dropped a rule the user had stated
-            return "add", None, f"{reason} — overruled: a discard must name the skill that " \
-                                "already says it"
+            # no skill named: "already said" can only mean the nearest skill shown, and only
+            # if it is about the same task; otherwise the discard is the judge's own view that
+            # the rule is not worth keeping ("discount codes are not a task", "ending with Best
+            # regards is common practice"), which triage, extraction and the checks already
+            # decided: such discards dropped stated rules in four of this round's runs
+            if shares_task(c, same[0].skill):
+                return "discard", same[0], reason
+            return "add", None, (f"{reason} — overruled: {same[0].skill.title}, the nearest "
+                                 "skill, is about another task")
         return action, None, reason
 
     def _judge_rule(self, c: Candidate, same: list[Neighbour]) -> tuple[str, Neighbour | None, str]:

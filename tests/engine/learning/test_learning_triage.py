@@ -395,6 +395,30 @@ def test_a_judges_discard_names_the_shown_skill_that_already_says_it(tmp_path, e
         desk.close()
 
 
+@pytest.mark.parametrize("bank,kind", [
+    ([{"name": "Python code style", "description": "How the user wants Python written.",
+       "constraints": ["Use type hints"], "triggers": ["write a python function"]}], "discard"),
+    ([{"name": "Poster design", "description": "How the user wants posters laid out.",
+       "constraints": ["Use at most two fonts"], "triggers": ["design a poster"]}], "add")])
+def test_a_discard_naming_no_skill_holds_only_beside_a_skill_of_the_same_task(tmp_path,
+                                                                             embedder, bank,
+                                                                             kind):
+    sc = {"bank": bank, "expect": [{"outcome": "add", "name": "Python functions",
+                                     "evidence": "f-strings",
+                                     "constraints": ["In Python functions use f-strings"],
+                                     "keywords": ["f-string"]}]}
+    llm = JudgeSays(sc, {"action": "discard", "target": 0, "reason": "not needed"})
+    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(llm))
+    try:
+        seed_bank(desk.bank, "default", sc)
+        desk.refresh()
+        actions = replay(desk, [U("From now on, in Python functions use f-strings.")])
+        assert "judge" in llm.calls
+        assert [a.kind for a in actions if a.kind in ("add", "discard")] == [kind]
+    finally:
+        desk.close()
+
+
 def test_a_cue_word_rule_is_never_lost_and_examples_are_the_users_own(tmp_path):
     said = [U("From now on, always start every summary you write for me with a one-line "
               "TL;DR, then give at most three bullet points."), A("OK.")]
