@@ -34,7 +34,6 @@ DATA = Path(__file__).resolve().parent / "data"
 STARTER = RESOURCES / "starter"  # the starter skills a new bank receives
 USER = "bench"
 SPLITS = ("tune", "heldout")
-ALL_SPLITS = ("tune", "heldout", "fresh", "fresh2", "fresh3")
 # "seen": the old held-out half
 LABELS = {"heldout": "seen"}
 

@@ -202,9 +202,8 @@ class Pipeline:
         """(probability that the newest turn holds something durable, the likeliest durable
         kind); (None, None) when the model gave no usable answer."""
         self.checkpoint()
-        numbered = "\n".join(f"{i}. {clip(scrub(t.text), 300)}" for i, t in enumerate(turns, 1))
         try:
-            probs = self.llm.choice("triage", "kind", user_turns=numbered)
+            probs = self.llm.choice("triage", "kind", user_turns=numbered(turns))
         except Cancelled:
             raise
         except (SkillDeskError, ValueError) as exc:
@@ -302,9 +301,9 @@ class Pipeline:
         rules of one candidate share the prompt's prefix in the KV cache). None when the model
         gave no usable answer."""
         self.checkpoint()
-        numbered = "\n".join(f"{i}. {clip(scrub(t.text), 300)}" for i, t in enumerate(w.turns, 1))
         try:
-            return self.llm.choice("keep", "keep", user_turns=numbered, rule=clip(rule, 200))["yes"]
+            return self.llm.choice("keep", "keep", user_turns=numbered(w.turns),
+                                   rule=clip(rule, 200))["yes"]
         except Cancelled:
             raise
         except (SkillDeskError, ValueError, KeyError) as exc:
@@ -494,6 +493,12 @@ RULE_WORDS = frozenset(content_tokens(
     "avoid avoids prefer prefers preference use uses using always never keep make like likes "
     "want wants write writes give answer answers reply replies respond response user style "
     "rule rules please instead only every each good new way thing things"))
+
+
+def numbered(turns: list[triage.UserTurn]) -> str:
+    """``1. …`` per user turn, scrubbed and clipped: what the short scoring prompts (triage,
+    keep) read."""
+    return "\n".join(f"{i}. {clip(scrub(t.text), 300)}" for i, t in enumerate(turns, 1))
 
 
 def shares_task(c: Candidate, target: Skill) -> bool:

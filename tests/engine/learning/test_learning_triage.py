@@ -230,42 +230,39 @@ def test_the_rule_fallback_never_names_a_skill_with_a_raw_sentence():
 
 
 # ------------------------------------------------------------------------------ merges
+def rules(name, *constraints):
+    return Candidate(name=name, description="d", constraints=list(constraints))
+
+
 def test_a_contradicting_rule_replaces_the_old_one_when_the_model_names_it():
-    ex = Candidate(name="Meeting notes", description="d",
-                   constraints=["List attendees first", "Write action items at the end"])
-    new = Candidate(name="Meeting notes", description="d",
-                    constraints=["Put action items at the very top"])
-    merged = Candidate(name="x", description="d",
-                       constraints=["List attendees first", "Write action items at the end",
-                                    "Put action items at the very top"])
+    ex = rules("Meeting notes", "List attendees first", "Write action items at the end")
+    new = rules("Meeting notes", "Put action items at the very top")
+    merged = rules("x", "List attendees first", "Write action items at the end",
+                   "Put action items at the very top")
     notes = repair_merge(merged, ex, new, replaced=["Write action items at the end"])
     assert merged.constraints == ["List attendees first", "Put action items at the very top"]
     assert any("replaced" in n for n in notes)
     # a rule the model lost (and did not name as replaced) comes back; naming a rule the skill
     # never had removes nothing
-    merged = Candidate(name="x", description="d", constraints=["Put action items at the very top"])
+    merged = rules("x", "Put action items at the very top")
     repair_merge(merged, ex, new, replaced=["A rule that was never there"])
     assert "List attendees first" in merged.constraints
 
 
 def test_a_merge_keeps_no_rule_that_neither_the_skill_nor_the_new_rule_says():
-    ex = Candidate(name="Step-by-step guides", description="d",
-                   constraints=["Number every step", "One action per step"])
-    new = Candidate(name="Step-by-step guides", description="d",
-                    constraints=["Say what the user should see after each step"])
+    ex = rules("Step-by-step guides", "Number every step", "One action per step")
+    new = rules("Step-by-step guides", "Say what the user should see after each step")
     # the model merged in the case it saw (a router reset on the user's phone) and reworded
-    merged = Candidate(name="x", description="d",
-                       constraints=["Number every step", "One action per step",
-                                    "Say what the user should see after each step",
-                                    "Restart the Netgear router from the phone app first"])
+    merged = rules("x", "Number every step", "One action per step",
+                   "Say what the user should see after each step",
+                   "Restart the Netgear router from the phone app first")
     notes = repair_merge(merged, ex, new)
     assert merged.constraints == ["Number every step", "One action per step",
                                   "Say what the user should see after each step"]
     assert any("neither the skill nor the new rule" in n for n in notes)
     # a rewording that combines what both say stays
-    merged = Candidate(name="x", description="d",
-                       constraints=["Number every step, one action per step",
-                                    "After each step say what the user should see"])
+    merged = rules("x", "Number every step, one action per step",
+                   "After each step say what the user should see")
     repair_merge(merged, ex, new)
     assert "Number every step, one action per step" in merged.constraints
 
