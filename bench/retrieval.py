@@ -75,7 +75,7 @@ def _args(argv):
                    help="comma list of offtopic, paraphrase, quality, speed, build, watch")
     p.add_argument("--splits", default="tune,heldout", type=lambda v: tuple(v.split(",")),
                    help="dev-set halves to print: tune, heldout (printed as 'seen'), fresh, "
-                   "fresh2, fresh3 (tune while tuning; all to report)")
+                   "fresh2, fresh3, fresh4 (tune while tuning; all to report)")
     p.add_argument("--filter-model", default="", metavar="MODEL",
                    help="also serve the off-topic and paraphrase sets through the self-filter "
                    "(engine/chat/skill_filter.py) on this model (e.g. recommended); one model "
