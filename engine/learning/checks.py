@@ -97,12 +97,30 @@ MERGE_SOURCED = 0.7  # share of a merged rule's words that the skill's or the ne
 MAX_TRIGGER_CHARS = 60  # a trigger is a short request a user would type, not a pasted sentence
 
 
-def _rule_turns(turns: list[str], rules: list[str]) -> tuple[list[str], list[str]]:
-    """(turns that state the rules, the other turns: the requests)."""
+# a sentence or a Chinese clause: one message often holds the request and the rule ("What's
+# the best way to drive from A to B? I don't do motorways, full stop.")
+_CLAUSE = re.compile(r"(?:[^.!?。！？;；，\n]|[.;](?=\S))+[.!?。！？;；，]?")
+
+
+def _rule_sentences(turns: list[str], rules: list[str]) -> tuple[list[str], list[str]]:
+    """(sentences that state the rules, the other sentences: the requests). A sentence states
+    a rule when it shares the most words with one of the rules (the model rewords: "I don't do
+    motorways" for "Plan routes that avoid motorways"), holds a third of a rule's words, or
+    has half of its own words, two at least, in the rules (a clause of a long rule:
+    "每段别超过二十分钟"; not "Give me a pancake recipe." beside a rule about recipes)."""
+    said = content_tokens("\n".join(rules))
+    sents = [(m[0], content_tokens(m[0])) for t in turns for m in _CLAUSE.finditer(t)]
+    sents = [(s, toks) for s, toks in sents if toks]
+    best = set()
+    for r in rules:
+        rt = content_tokens(r)
+        n = max((len(rt & toks) for _, toks in sents), default=0)
+        best |= {i for i, (_, toks) in enumerate(sents) if n and len(rt & toks) == n}
     ruled, asked = [], []
-    for t in turns:
-        toks = content_tokens(t)
-        (ruled if any(coverage(r, toks) >= 0.34 for r in rules) else asked).append(t)
+    for i, (s, toks) in enumerate(sents):
+        states = (i in best or any(coverage(r, toks) >= 0.34 for r in rules)
+                  or (coverage(toks, said) >= 0.5 and len(toks & said) >= 2))
+        (ruled if states else asked).append(s)
     return ruled, asked
 
 
@@ -125,14 +143,14 @@ def _specific(text: str) -> set[str]:
 
 
 def case_details(turns: list[str], rules: list[str], *, topic: bool = False) -> set[str]:
-    """The instance: quoted text, numbers and names (:func:`_specific`) of the request turns
-    that the turns stating the rules do not repeat outside quotes (quoted text there is an
-    example). With ``topic``, also every other word only the request turns had and the rules
+    """The instance: quoted text, numbers and names (:func:`_specific`) of the request
+    sentences that the sentences stating the rules do not repeat outside quotes (quoted text
+    there is an example). With ``topic``, also every other word only the requests had and the rules
     do not use ("mortgage" in "Explain what a mortgage is" before "talk like a pirate in every
     reply"): what a skill's name, goal and description must not carry. Triggers may name the
     kind of request ("write an email"), so they are checked without ``topic``. The tools the
     conversation names ("Python", "SQL") are never case details."""
-    ruled, asked = _rule_turns(turns, rules)
+    ruled, asked = _rule_sentences(turns, rules)
     if not ruled or not asked:
         return set()
     keep = content_tokens(_QUOTE.sub(" ", "\n".join(ruled))) | content_tokens(
@@ -152,11 +170,13 @@ def _carries(text: str, case: set[str]) -> bool:
 
 
 def generalize(c: Candidate, turns: list[str]) -> list[str]:
-    """Strip the instance from ``c``'s name, goal, description and triggers (in place).
+    """Strip the instance from ``c``'s name, goal, description, workflow and triggers (in
+    place).
 
-    A trigger carrying a case detail or longer than MAX_TRIGGER_CHARS is dropped; a goal or
-    description carrying one is rebuilt from the rules; a name carrying one loses those words
-    (or, when nothing is left, becomes the first rule's short form). Returns notes."""
+    A trigger carrying a case detail or longer than MAX_TRIGGER_CHARS is dropped, and so is a
+    workflow step carrying a word only the request had ("Describe the lavender honey scones");
+    a goal or description carrying one is rebuilt from the rules; a name carrying one loses
+    those words (or, when nothing is left, becomes the first rule's short form). Returns notes."""
     from engine.learning.rules import short_name
 
     case = case_details(turns, c.constraints)
@@ -166,6 +186,10 @@ def generalize(c: Candidate, turns: list[str]) -> list[str]:
     if len(kept) < len(c.triggers):
         notes.append(f"dropped {len(c.triggers) - len(kept)} case-specific trigger(s)")
     c.triggers = kept
+    steps = [s for s in c.workflow if not _carries(s, topic)]
+    if len(steps) < len(c.workflow):
+        notes.append(f"dropped {len(c.workflow) - len(steps)} case-specific step(s)")
+    c.workflow = steps
     if _carries(c.name, topic):
         words = [w for w in c.name.split() if not _carries(w, topic)]
         new = " ".join(words) if language(c.name) == "en" else ""

@@ -182,6 +182,28 @@ def test_generalize_takes_names_numbers_and_quotes_of_the_request_out_of_the_ski
         ["Use f-strings in Python"])
 
 
+
+
+def test_case_details_are_found_per_sentence_when_one_message_holds_request_and_rule():
+    # the request and the rule in one message, the rule reworded by the model
+    turns = ["Which hotel in Porto should I book for the Friday gig? I can't do stairs, "
+             "my knees are shot."]
+    rules = ["Avoid places with stairs; suggest lifts or step-free access"]
+    assert {"porto", "frida"} <= case_details(turns, rules)
+    c = Candidate(name="Porto hotels", description="Hotels in Porto for the gig.",
+                  constraints=rules, workflow=["Check the Porto hotel for lifts"],
+                  triggers=["book a hotel"])
+    generalize(c, turns)
+    text = " ".join([c.name, c.description, *c.workflow, *c.triggers]).lower()
+    assert "porto" not in text and "gig" not in text and c.workflow == []
+    # a Chinese clause of a long rule states it; the request clause is the case
+    turns = ["帮我排一个吉他练习计划，我周六有三个小时。",
+             "我练半小时手就酸了，每段别超过十五分钟，中间歇一下。"]
+    topic = case_details(turns, ["练习计划每段不超过十五分钟，段与段之间安排休息"], topic=True)
+    assert {"周六", "三小"} <= topic and "分钟" not in topic
+    # a request that shares one word with a rule about it stays the request
+    assert "pizza" in case_details(["Give me a pizza recipe.", "Recipes for me need grams."],
+                                   ["Give recipe quantities in grams"], topic=True)
 def test_vet_uses_the_turns_to_generalize_and_keeps_a_stated_constraint():
     c = Candidate(name="Gluten-free food", description="Avoid gluten.",
                   constraints=["Avoid gluten in any food suggestion"], confidence=0.9)
