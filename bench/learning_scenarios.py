@@ -88,15 +88,18 @@ def has_keywords(text: str, item: dict[str, Any]) -> bool:
     return bool(kws) and all(any(normalize(a) in t for a in k.split("|")) for k in kws)
 
 
-def general_text(s: Skill) -> str:
-    """What must stay free of case details: everything but the examples."""
-    return normalize("\n".join([s.title, s.description, s.instructions, *s.triggers]))
+def general_parts(s: Skill) -> dict[str, str]:
+    """What must stay free of case details: everything but the examples, by part."""
+    return {"name": normalize(s.title), "description": normalize(s.description),
+            "body": normalize(s.instructions), "triggers": normalize("\n".join(s.triggers))}
 
 
 def leaks(scenario: dict[str, Any], skills: list[Skill]) -> list[str]:
-    """Case details (the items' ``forbid`` strings) found in the written skills."""
+    """Case details (the items' ``forbid`` strings) found in the written skills, with the part
+    that holds them ("'bristol' in Driving route (description)")."""
     forbid = {normalize(f) for it in scenario.get("expect") or [] for f in it.get("forbid") or []}
-    return sorted({f"{f!r} in {s.title}" for s in skills for f in forbid if f in general_text(s)})
+    return sorted({f"{f!r} in {s.title} ({part})" for s in skills
+                   for part, text in general_parts(s).items() for f in forbid if f in text})
 
 
 @dataclass
