@@ -45,7 +45,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
                         "does (its cost is not counted), so the KV cache holds another prompt")
     p.add_argument("--extract", action="store_true",
                    help="also score extraction's first decision (P(a skill), one forward pass) "
-                        "on every turn triage lets through, and tabulate EXTRACT_MIN_P bars")
+                        "on every scored turn (also those triage stops), and tabulate "
+                        "EXTRACT_MIN_P bars on the turns triage lets through")
     p.add_argument("--rules", action="store_true",
                    help="with --extract: run extraction where it decides to write, and score "
                         "every extracted rule with the keep check (P(keep), one forward pass) "
@@ -65,7 +66,8 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                 extract: bool = False, rules: bool = False) -> list[dict[str, Any]]:
     """One row per user turn: fast-tracked by cues, or the model's probability. ``between()``
     runs before each triage call (another prompt in the KV cache, as in the app). With
-    ``extract``, every turn triage lets through also gets ``pe``: extraction's P(a skill)."""
+    ``extract``, every scored turn also gets ``pe``: extraction's P(a skill) — also on the
+    turns triage stops, to see what extraction's score alone would decide (:func:`extract_table`)."""
     from engine.learning import triage
 
     msgs, rows = sc["messages"], []
@@ -80,7 +82,7 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
             t0 = time.perf_counter()
             p, kind = pipe.triage_score(seg)
             seen.append((p, time.perf_counter() - t0))
-            return kind if extract and p is not None and p >= triage.DURABLE_MIN_P else None
+            return kind if extract and p is not None else None
 
         passed = triage.windows(msgs[:k + 1], "turn", decide)
         row = {"id": sc["id"], "turn": k, "oneoff": not sc["expect"],
@@ -89,10 +91,17 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                "s": seen[0][1] if seen else 0.0}
         if extract and passed:
             row["pe"] = pipe.extract_score(pipe.extract_values(passed[-1]))
-            if rules and row["pe"] is not None:
+            if rules and row["pe"] is not None and let_through(row):
                 row["rules"] = score_rules(pipe, sc, passed[-1])
         rows.append(row)
     return rows
+
+
+def let_through(row: dict[str, Any]) -> bool:
+    """Triage lets the turn through: a cue fast-tracked it, or its P reaches the bar."""
+    from engine.learning import triage
+
+    return row["p"] is None or row["p"] >= triage.DURABLE_MIN_P
 
 
 def rule_label(sc: dict[str, Any], rule: str) -> bool | None:
@@ -150,21 +159,25 @@ def rules_table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> s
 
 
 def extract_table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
-    """Among the turns triage let through: which extraction bars keep the durable ones."""
-    scored = [r for r in rows if r.get("pe") is not None]
-    pos = [r for r in scored if r["durable"]]
-    neg = [r for r in scored if not r["durable"]]
-    lines = [f"extraction on the {len(scored)} turns triage let through ({len(pos)} durable, "
-             f"{len(neg)} not): P(a skill) >= bar",
-             "bar   | durable written | others written | one-off scenarios written",
-             "------|-----------------|----------------|--------------------------"]
+    """Which extraction bars keep the durable turns: among the turns triage let through (what
+    the app does), and among every scored turn (extraction's score as the only gate)."""
     oneoffs = {r["id"] for r in rows if r["oneoff"]}
-    for b in bars:
-        tp = sum(r["pe"] >= b for r in pos)
-        fp = sum(r["pe"] >= b for r in neg)
-        bad = {r["id"] for r in neg if r["oneoff"] and r["pe"] >= b}
-        lines.append(f"{b:<5} | {tp}/{len(pos)}{'':<12}| {fp}/{len(neg)}{'':<11}| "
-                     f"{len(bad)}/{len(oneoffs)}")
+    lines = []
+    for name, scored in (("triage let through", [r for r in rows if r.get("pe") is not None
+                                                 and let_through(r)]),
+                         ("every scored turn", [r for r in rows if r.get("pe") is not None])):
+        pos = [r for r in scored if r["durable"]]
+        neg = [r for r in scored if not r["durable"]]
+        lines += [f"extraction on the {len(scored)} turns of {name} ({len(pos)} durable, "
+                  f"{len(neg)} not): P(a skill) >= bar",
+                  "bar   | durable written | others written | one-off scenarios written",
+                  "------|-----------------|----------------|--------------------------"]
+        for b in bars:
+            tp = sum(r["pe"] >= b for r in pos)
+            fp = sum(r["pe"] >= b for r in neg)
+            bad = {r["id"] for r in neg if r["oneoff"] and r["pe"] >= b}
+            lines.append(f"{b:<5} | {tp}/{len(pos)}{'':<12}| {fp}/{len(neg)}{'':<11}| "
+                         f"{len(bad)}/{len(oneoffs)}")
     return "\n".join(lines)
 
 

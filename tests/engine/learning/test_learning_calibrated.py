@@ -69,6 +69,24 @@ def test_triage_says_yes_only_when_the_durable_probability_reaches_the_bar(tmp_p
     assert llm.prefixes == ['{"kind": "'] * 2  # one forward pass per decision, no sampling
 
 
+class ReadsContext(Scored):
+    """P(none) 0.2 when the newest turn is read after earlier ones, 0.6 when read alone."""
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        self.p_none = 0.2 if "\n2. " in messages[-1]["content"] else 0.6
+        return super().choice_logprobs(messages, prefix, options, cancel)
+
+
+def test_triage_is_the_mean_of_the_read_in_context_and_the_read_alone(tmp_path):
+    llm = ReadsContext(0.0)
+    pipe = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm))
+    pipe.checkpoint = lambda: None
+    p, _ = pipe.triage_score(gate.user_turns([U("Plan a trip to Lisbon."), U("Shorter.")]))
+    assert abs(p - (0.8 + 0.4) / 2) < 1e-6 and len(llm.prefixes) == 2
+    p, _ = pipe.triage_score(gate.user_turns([U("I only fly economy.")]))  # no earlier turns:
+    assert abs(p - 0.4) < 1e-6 and len(llm.prefixes) == 3  # one read
+
+
 def test_a_triage_argmax_for_a_durable_kind_below_the_bar_is_no(tmp_path, monkeypatch):
     """The case of the 1.5B model: its argmax is a durable kind (P(none) 0.3 < any other
     single kind's share of 0.7 would not be), yet the bar decides, not the argmax."""
@@ -206,9 +224,15 @@ def test_bench_triage_labels_turns_by_the_evidence_and_tabulates_bars():
     assert "0.5   | 1/1 (1.00)" in out and "| 1/1 (1.00)" in out.splitlines()[3]
     assert out.splitlines()[4].endswith("0/1")  # at 0.7 the one-off is no longer let through
     rows[0]["pe"], rows[1]["pe"] = 0.35, 0.2  # extraction's P(a skill) on the passed turns
+    # a turn triage stops (below DURABLE_MIN_P) counts only where extraction is the only gate
+    rows.append({"id": "z", "oneoff": True, "durable": False, "cued": False, "p": 0.01,
+                 "s": 1.0, "pe": 0.5})
     ext = extract_table(rows, bars=(0.3, 0.4)).splitlines()
-    assert ext[3].startswith("0.3   | 1/1") and ext[3].endswith("0/1")
+    assert "2 turns of triage let through" in ext[0]
+    assert ext[3].startswith("0.3   | 1/1") and ext[3].endswith("0/2")
     assert ext[4].startswith("0.4   | 0/1")
+    assert "3 turns of every scored turn" in ext[5]
+    assert ext[8].startswith("0.3   | 1/1") and "| 1/2" in ext[8] and ext[8].endswith("1/2")
 
 
 def test_bench_triage_labels_extracted_rules_and_tabulates_the_keep_bar():
