@@ -61,7 +61,9 @@ def test_qwen_triage_keeps_what_lasts(pipeline):
 
 
 @pytest.mark.parametrize("said", [
-    "How many minutes should I boil an egg?",  # a strict xfail until triage became a score
+    # a strict xfail until triage became a score (then "How many minutes should I boil an
+    # egg?", too close to an example the triage prompt got in the fifth round)
+    "How long does it take to walk five kilometres?",
     "Just this once, reply in Italian: my cousin is reading along."])
 def test_qwen_triage_drops_one_offs(pipeline, said):
     assert decide(pipeline, said) is None
