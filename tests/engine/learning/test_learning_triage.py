@@ -182,8 +182,6 @@ def test_generalize_takes_names_numbers_and_quotes_of_the_request_out_of_the_ski
         ["Use f-strings in Python"])
 
 
-
-
 def test_case_details_are_found_per_sentence_when_one_message_holds_request_and_rule():
     # the request and the rule in one message, the rule reworded by the model
     turns = ["Which hotel in Porto should I book for the Friday gig? I can't do stairs, "
