@@ -12,7 +12,7 @@ from types import ModuleType
 
 from engine.errors import NotFoundError
 
-BENCHES = ["chat", "retrieval", "evolution", "triage", "judge", "prefeval", "bank", "proxy", "skillx", "fuzz"]
+BENCHES = ["chat", "retrieval", "evolution", "triage", "prefeval", "bank", "proxy", "skillx", "fuzz"]
 
 
 def load(name: str) -> ModuleType:

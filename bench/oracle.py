@@ -106,8 +106,7 @@ class OracleLLM:
         last = messages[-1]["content"] if messages else ""
         kind = ("extract" if "skills" in props else "judge" if "action" in props
                 else "rewrite" if "query" in props else "triage" if "kind" in props
-                else "filter" if "use" in props else "same_task" if "same" in props
-                else "merge")
+                else "filter" if "use" in props else "merge")
         self.calls.append(kind)
         self._sleep(cancel)
         with self._lock:
@@ -169,18 +168,6 @@ class OracleLLM:
                         "reason": f"{item['into']} is not among the skills shown"}
             return {"action": "merge", "target": target, "reason": f"refines {item['into']}"}
         return {"action": "add", "target": 0, "reason": "a new task"}
-
-    def _same_task(self, prompt: str) -> dict[str, Any]:
-        """Yes when the skill shown is the target of a scripted merge whose rule is the one
-        shown, or whose evidence is in the user's messages shown (the checks may reword it)."""
-        said, _, rest = prompt.rpartition("Rule:")
-        rule, _, skill = rest.partition("Skill:")
-        said, rule, title = normalize(said), normalize(rule), normalize(skill.split("|", 1)[0])
-        same = any(e.get("outcome") == "merge" and normalize(e.get("into") or "") == title
-                   and (e.get("constraints") and normalize(e["constraints"][0])[:40] in rule
-                        or e.get("evidence") and normalize(e["evidence"]) in said)
-                   for e in self.expect)
-        return {"same": "yes" if same else "no"}
 
     def _merge(self, prompt: str) -> dict[str, Any]:
         ex_text, _, new_text = prompt.partition("NEW:")

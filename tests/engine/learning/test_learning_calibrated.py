@@ -1,5 +1,5 @@
 """Issue 16, second round, on scripted backends: triage is a calibrated probability (not the
-model's argmax), a judge's merge into a skill of another task (the same-task check) becomes an add, and
+model's argmax), a judge's merge into a skill that shares no task word becomes an add, and
 extraction reads the triaged turn as the evidence with the earlier requests as context."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from engine.bank.store import SkillBank
 from engine.learning import Pipeline
 from engine.learning import triage as gate
 from engine.learning.candidate import Candidate
-from engine.learning.pipeline import TRIAGE_SURE_P, Neighbour
+from engine.learning.pipeline import TRIAGE_SURE_P, Neighbour, shares_task
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
 from tests.support import A, FixedExtract, U
@@ -109,25 +109,27 @@ def _cand(name: str, rules: list[str], triggers: list[str]) -> Candidate:
                      workflow=[], triggers=triggers, tags=[], level="functional")
 
 
+def test_shares_task_ignores_the_words_rules_are_said_with():
+    workout = _skill("Avoid jumping or high-impact movements",
+                     ["Avoid jumping or high-impact movements"], ["plan a workout"])
+    assert not shares_task(_cand("Avoid gluten", ["Avoid gluten in food suggestions"],
+                                 ["suggest a recipe"]), workout)
+    assert not shares_task(_cand("Hands-on learning", ["Prefer hands-on learning"],
+                                 ["teach me something"]), workout)
+    assert shares_task(_cand("Low-impact workouts", ["No running"], ["plan a workout"]), workout)
+    email = _skill("Work email style", ["Sign with the first name only"], ["draft a work email"])
+    assert shares_task(_cand("Sign-off", ["End emails to colleagues with 'Thanks'"], []), email)
+
+
 class MergeEverything(OracleLLM):
     """A judge that merges every new rule into the first skill it is shown (what Qwen-1.5B
-    did on PrefEval: 9 unrelated preferences into one workout skill); the same-task check
-    answers ``same`` and records what it was shown."""
-
-    def __init__(self, sc, same):
-        super().__init__(sc)
-        self.same, self.shown = same, []
+    did on PrefEval: 9 unrelated preferences into one workout skill)."""
 
     def _judge(self, prompt):
         return {"action": "merge", "target": 1, "reason": "same"}
 
-    def _same_task(self, prompt):
-        self.shown.append(prompt)
-        return {"same": self.same}
 
-
-@pytest.mark.parametrize("same,kind", [("no", "add"), ("yes", "merge")])
-def test_a_judges_merge_stands_only_where_the_same_task_check_agrees(tmp_path, same, kind):
+def test_a_merge_into_a_skill_that_shares_no_task_word_is_an_add(tmp_path):
     sc = {"expect": [{"outcome": "add", "name": "Gluten-free food", "evidence": "avoid gluten",
                       "constraints": ["Avoid gluten in any food or recipe suggestion"],
                       "triggers": ["suggest a recipe"], "keywords": ["gluten"]}]}
@@ -135,21 +137,12 @@ def test_a_judges_merge_stands_only_where_the_same_task_check_agrees(tmp_path, s
     workout = bank.create(_skill("Avoid jumping or high-impact movements",
                                  ["Avoid jumping or high-impact movements"],
                                  ["plan a workout"]), "default", source="imported")
-    llm = MergeEverything(sc, same)
     # a fused score as high as a single skill in the bank gets, whatever it says
-    pipe = Pipeline(bank, "default", LLMClient(llm),
+    pipe = Pipeline(bank, "default", LLMClient(MergeEverything(sc)),
                     search=lambda q, k: [Neighbour(workout, 0.9, 0.5, 0.0)])
-    actions = pipe.run([U("Plan dinners for the week. I strictly avoid gluten, I have celiac "
-                          "disease.")], "turn")
-    assert [a.kind for a in actions] == [kind]
-    # the check saw the user's request, the rule and the skill
-    [shown] = llm.shown
-    assert "Plan dinners" in shown and "gluten" in shown and "Avoid jumping" in shown
-    if kind == "add":
-        assert "another task" in actions[0].reason
-        assert bank.read(workout.path).instructions == workout.instructions  # untouched
-    else:
-        assert "gluten" in bank.read(workout.path).instructions.lower()
+    actions = pipe.run([U("I strictly avoid gluten, I have celiac disease.")], "turn")
+    assert [a.kind for a in actions] == ["add"] and "shares no word" in actions[0].reason
+    assert bank.read(workout.path).instructions == workout.instructions  # untouched
 
 
 # ------------------------------------------------------------------------------ extraction
@@ -329,24 +322,3 @@ def test_the_fresh_sets_load_by_split_and_cover_what_the_issue_names(split):
     for r in rows:  # the oracle can answer every item: its evidence is in the user's words
         said = normalize(" ".join(m["content"] for m in r["messages"] if m["role"] == "user"))
         assert all(normalize(e["evidence"]) in said for e in r["expect"]), r["id"]
-
-
-def test_bench_judge_labels_merge_targets_and_look_alikes_and_tabulates_bars():
-    from bench.judge import pairs
-    from bench.judge import table as judge_table
-
-    sc = {"id": "m", "bank": [{"name": "Emails"}, {"name": "Letters"}],
-          "expect": [{"outcome": "merge", "into": "Emails", "constraints": ["Sign with T."]}]}
-    assert [(p["skill"]["name"], p["same"]) for p in pairs(sc)] == [("Emails", True),
-                                                                    ("Letters", False)]
-    two = {"id": "t", "expect": [{"outcome": "add", "name": "A", "constraints": ["a"]},
-                                 {"outcome": "add", "name": "B", "constraints": ["b"]}]}
-    assert [(p["e"]["name"], p["skill"]["name"], p["same"]) for p in pairs(two)] == [
-        ("A", "B", False), ("B", "A", False)]
-    rows = [{"id": "m", "rule": "r", "same": True, "p": 0.6},
-            {"id": "m", "rule": "r", "same": False, "p": 0.7},
-            {"id": "t", "rule": "a", "same": False, "p": 0.1}]
-    out = judge_table(rows, bars=(0.5, 0.65)).splitlines()
-    assert out[3].startswith("P(same) >= 0.5") and " 1/1 " in out[3] and " 1/2 " in out[3]
-    assert " 0/1 " in out[4] and " 1/2 " in out[4]
-    assert out[-1].endswith("0/1 merge items")  # the look-alike scored higher

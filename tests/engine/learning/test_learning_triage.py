@@ -369,15 +369,11 @@ def test_bench_prefeval_rejects_a_missing_file_clearly(capsys):
 
 
 class JudgeSays(OracleLLM):
-    """The oracle, but the judge always gives ``answer`` (and the same-task check ``same``,
-    when given)."""
+    """The oracle, but the judge always gives ``answer``."""
 
-    def __init__(self, sc, answer, same=None):
+    def __init__(self, sc, answer):
         super().__init__(sc)
-        self.answer, self.same = answer, same
-
-    def _same_task(self, prompt):
-        return {"same": self.same} if self.same else super()._same_task(prompt)
+        self.answer = answer
 
     def structured(self, messages, schema, params=None, cancel=None):
         if "action" in set(schema.get("properties") or {}):
@@ -403,7 +399,7 @@ def test_a_judge_naming_a_skill_it_was_not_shown_never_drops_the_rule(tmp_path, 
 
 def test_a_judges_discard_names_the_shown_skill_that_already_says_it(tmp_path, embedder):
     sc = PEOPLE["m-en-python"]
-    llm = JudgeSays(sc, {"action": "discard", "target": 1, "reason": "already there"}, "yes")
+    llm = JudgeSays(sc, {"action": "discard", "target": 1, "reason": "already there"})
     desk = open_desk(tmp_path / "bank", embedder, ModelWorker(llm))
     try:
         seeded = seed_bank(desk.bank, "default", sc)
@@ -416,15 +412,19 @@ def test_a_judges_discard_names_the_shown_skill_that_already_says_it(tmp_path, e
         desk.close()
 
 
-@pytest.mark.parametrize("same,kind", [("yes", "discard"), ("no", "add")])
-def test_a_discard_holds_only_beside_a_skill_of_the_same_task(tmp_path, embedder, same, kind):
-    sc = {"bank": [{"name": "Python code style", "description": "How the user wants Python "
-                    "written.", "constraints": ["Use type hints"],
-                    "triggers": ["write a python function"]}],
-          "expect": [{"outcome": "add", "name": "Python functions", "evidence": "f-strings",
-                      "constraints": ["In Python functions use f-strings"],
-                      "keywords": ["f-string"]}]}
-    llm = JudgeSays(sc, {"action": "discard", "target": 0, "reason": "not needed"}, same)
+@pytest.mark.parametrize("bank,kind", [
+    ([{"name": "Python code style", "description": "How the user wants Python written.",
+       "constraints": ["Use type hints"], "triggers": ["write a python function"]}], "discard"),
+    ([{"name": "Poster design", "description": "How the user wants posters laid out.",
+       "constraints": ["Use at most two fonts"], "triggers": ["design a poster"]}], "add")])
+def test_a_discard_naming_no_skill_holds_only_beside_a_skill_of_the_same_task(tmp_path,
+                                                                             embedder, bank,
+                                                                             kind):
+    sc = {"bank": bank, "expect": [{"outcome": "add", "name": "Python functions",
+                                     "evidence": "f-strings",
+                                     "constraints": ["In Python functions use f-strings"],
+                                     "keywords": ["f-string"]}]}
+    llm = JudgeSays(sc, {"action": "discard", "target": 0, "reason": "not needed"})
     desk = open_desk(tmp_path / "bank", embedder, ModelWorker(llm))
     try:
         seed_bank(desk.bank, "default", sc)

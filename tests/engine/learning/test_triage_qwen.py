@@ -104,30 +104,3 @@ def test_qwen_keep_check_ranks_a_reworded_constraint_above_the_restated_request(
     reworded = pipeline.keep_score(w, "Suggest only dishes without shrimp, crab or mussels")
     request = pipeline.keep_score(w, "Cook dinner tonight")
     assert 0.0 <= request < reworded <= 1.0
-
-
-def test_qwen_same_task_check_ranks_the_rules_own_skill_above_a_look_alike(pipeline):
-    """The same-task check (same_task.md) on the recommended model: a new rule scores higher
-    against the skill of its task than against a skill of a neighbouring task, with the
-    user's request in view; a judge's merge stands only at SAME_TASK_MIN_P."""
-    from engine.learning import pipeline as pipeline_module
-    from engine.learning import triage
-    from engine.learning.candidate import Candidate
-
-    said = ["Give me a recipe for banana bread.",
-            "Put the oven temperature in both Celsius and Fahrenheit."]
-    turns = triage.user_turns([{"role": "user", "content": s} for s in said])
-    rule = Candidate(name="Oven temperatures", description="", goal="",
-                     constraints=["Give oven temperatures in both Celsius and Fahrenheit"])
-
-    def skill(name, what, rules):
-        return Candidate(name=name, description=what, goal="", constraints=rules
-                         ).to_skill(source="imported")
-
-    own = pipeline.same_task_score(turns, rule, skill(
-        "Recipes", "How the user wants recipes written",
-        ["List ingredients in grams", "Number the steps"]))
-    other = pipeline.same_task_score(turns, rule, skill(
-        "Meal plans", "How the user wants weekly meal plans",
-        ["Five dinners a week", "One meat-free day"]))
-    assert 0.0 <= other < pipeline_module.SAME_TASK_MIN_P <= own <= 1.0
