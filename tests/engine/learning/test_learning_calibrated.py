@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from bench.learning_scenarios import SPLITS
 from bench.oracle import OracleLLM
 from bench.triage import durable_turn, extract_table, table
 from engine.bank.store import SkillBank
@@ -308,7 +309,7 @@ def test_the_users_own_sentence_comes_before_the_models_keep_check(tmp_path):
         assert [a.kind for a in actions] == kinds and "keep" in llm.calls
 
 
-@pytest.mark.parametrize("split", ["fresh", "fresh2", "fresh3"])
+@pytest.mark.parametrize("split", [s for s in SPLITS if s.startswith("fresh")])
 def test_the_fresh_sets_load_by_split_and_cover_what_the_issue_names(split):
     from bench.learning_scenarios import load_scenarios
     from engine.text import normalize
