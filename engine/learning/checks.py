@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 
 from engine.learning.candidate import Candidate
-from engine.learning.rules import is_question, named_tools
+from engine.learning.rules import is_question, named_tools, said_for_this_request
 from engine.text import (
     ZH_STOP,
     clip,
@@ -210,13 +210,15 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     ``keep(rule)`` is the model's probability that the user asked for the rule to last
     (:meth:`Pipeline.keep_score`): it can keep a rule word overlap would drop (:func:`keeps`)."""
     user_toks = content_tokens(user_text)
-    kept, dropped = [], []
+    kept, dropped, once = [], [], []
     for rule in c.constraints:
         # a question is a request, never a rule (Qwen-1.5B wrote "年化6%，十年后大概有多少？" —
         # the user's question, with its case numbers — as the rule of a skill)
         if _empty_rule(rule) or is_question(rule) or _copied_from_assistant(
                 rule, user_toks, assistant_text):
             dropped.append(rule)
+        elif turns and said_for_this_request(rule, turns):
+            once.append(rule)
         elif keeps(rule, grounded(rule, user_toks, user_text), keep):
             kept.append(rule)
         else:
@@ -226,6 +228,9 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     # an example is the user's own (copied), never one the model made up
     c.examples = [e for e in dedupe(c.examples) if coverage(e, user_toks) >= 0.8
                   and not _copied_from_assistant(e, user_toks, assistant_text)][:2]
+    if not c.constraints and once and not dropped:
+        return f"said for this request only (dropped: {clip('; '.join(once), 120)})"
+    dropped += once
     if not c.constraints:
         why = "no rule grounded in the user's messages" if dropped else "no rules"
         return f"{why} (dropped: {clip('; '.join(dropped), 120)})" if dropped else why

@@ -25,7 +25,7 @@ from engine.learning.checks import (
     repair_merge,
     vet_candidate,
 )
-from engine.learning.rules import rule_extract, short_name
+from engine.learning.rules import rule_extract, said_for_this_request, short_name
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
@@ -461,3 +461,51 @@ def test_a_reworded_cue_word_rule_keeps_the_users_own_words(tmp_path):
     rules = [ln for ln in add.skill.instructions.splitlines() if ln.startswith("- ")]
     assert rules == ["- Summaries should always start with a one-line TL;DR"], rules
     assert "monday" not in add.skill.instructions.lower()  # the request's case stays out
+
+
+# ------------------------------------------------------------------------------ one request
+@pytest.mark.parametrize("rule, said, once", [
+    # scoped to this request: a one-off however the rule reads
+    ("Use a formal tone", ["Email the principal about the bus. Formal tone for this one, it "
+                           "may get forwarded."], True),
+    ("用同比百分比表示增减", ["写年终总结。", "这次数字换成同比百分比来写，区经理说光看绝对数没感觉。"],
+     True),
+    # a question asking for information: the follow-up, not a rule
+    ("Use citric acid instead of descaler", ["How do I descale a kettle?", "Could I use citric "
+                                             "acid instead of the branded descaler?"], True),
+    ("损耗留一成", ["客厅要买多少块砖？", "那损耗一般留多少合适？切边的地方挺多的。"], True),
+    # a question asking the assistant to do something is a request, and may be a rule
+    ("Write out how each word sounds", ["Translate 'good night'.", "Could you also write out "
+                                        "how it sounds?"], False),
+    ("逐条列出", ["能不能一条一条列出来？"], False),
+    # the rule's own clause is a statement, though the sentence ends in a question
+    ("Recommend only secondhand things", ["I don't buy anything new, it's secondhand or "
+                                          "nothing for me, so where should I look?"], False),
+    # a cue about the future wins over the scope, and the rule's own sentence decides
+    ("Keep emails formal", ["This time and every time after, keep my emails formal."], False),
+    ("Sign off with my initials", ["Always sign off with my initials. For this one, add my "
+                                   "phone number too."], False),
+])
+def test_a_rule_said_for_this_request_only_is_found_by_its_own_sentence(rule, said, once):
+    assert said_for_this_request(rule, said) is once
+
+
+class ScopedTweak(FixedExtract):
+    """A model whose triage takes every turn for a lasting one (Qwen-1.5B did, on the
+    "formal for this one" turns of three helpers' splits) and copies the tweak as a rule."""
+
+    def _triage(self, prompt: str) -> dict:
+        return {"kind": "format"}
+
+
+def test_a_tweak_scoped_to_this_request_writes_no_skill(tmp_path):
+    ask = [U("Write a letter to the council opposing the rezoning on Elm Street."), A("Dear…")]
+    model = ScopedTweak(["Keep letters very formal"], name="Formal letters")
+    once = Pipeline(SkillBank(tmp_path / "a"), "default", LLMClient(model)).run(
+        ask + [U("Keep this one very formal, it gets read out at the meeting."), A("Dear…")],
+        "turn")
+    assert not [a for a in once if a.kind in ("add", "merge")]
+    assert any("this request only" in a.reason for a in once), [a.reason for a in once]
+    lasting = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(model)).run(
+        ask + [U("Keep letters very formal, that's how I write."), A("Dear…")], "turn")
+    assert [a.kind for a in lasting if a.kind == "add"] == ["add"]
