@@ -90,6 +90,7 @@ def learn(desk: Any, items: list[dict[str, Any]], log=print) -> dict[str, Any]:
     """Step 1: every preference in its own conversation; which skills each one wrote."""
     own: dict[int, set[str]] = {}
     kinds: dict[str, int] = {}
+    why: list[dict[str, Any]] = []  # per preference: what learning did and why
     calls, t0 = 0, time.perf_counter()
     for n, d in enumerate(items, 1):
         report = desk.ingest([{"role": "user", "content": d["preference"]},
@@ -101,10 +102,14 @@ def learn(desk: Any, items: list[dict[str, Any]], log=print) -> dict[str, Any]:
             if a.kind in ("add", "merge") and a.skill is not None:
                 ids.add(a.skill.id)
         own[d["_index"]] = ids
+        why.append({"item": d["_index"], "preference": d["preference"],
+                    "actions": [[a.kind, a.step, a.reason, a.skill.title if a.skill else "",
+                                 a.candidate.constraints if a.candidate else []]
+                                for a in report.actions]})
         if n % 10 == 0 or n == len(items):
             log(f"  learned {n}/{len(items)}: {kinds}")
     secs = time.perf_counter() - t0
-    return {"own": own, "actions": kinds, "seconds": secs, "calls": calls,
+    return {"own": own, "actions": kinds, "why": why, "seconds": secs, "calls": calls,
             "skills": len(desk.bank.load("default", scope="user").skills)}
 
 

@@ -126,6 +126,7 @@ class SkillDetail(QWidget):
         manage = QHBoxLayout()
         self.usage_label = QLabel(objectName="Hint")
         self.usage_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.usage_label.setWordWrap(True)  # a narrow pane wraps "changed …", never cuts it
         self.disable_btn = QToolButton(icon=theme.icon("pause"), text="Disable")
         self.disable_btn.setToolTip("Keep the skill on disk but never use it in answers or "
                                     "merge into it")
