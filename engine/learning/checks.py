@@ -266,6 +266,33 @@ def keeps(rule: str, lexical: bool, keep: Callable[[str], float | None] | None) 
     return p is not None and p >= KEEP_MIN_P
 
 
+# Words of how a rule is said, not of what task it is about ("avoid gluten" and "avoid
+# jumping" share no task): the same-task veto (pipeline.shares_task) and says_already ignore them.
+RULE_WORDS = frozenset(content_tokens(
+    "avoid avoids prefer prefers preference use uses using always never keep make like likes "
+    "want wants write writes give answer answers reply replies respond response user style "
+    "rule rules please instead only every each good new way thing things"))
+
+
+def says_already(c: Candidate, existing: Candidate) -> bool:
+    """Every rule of ``c`` is said by ``existing``: most of the rule's own words — not the
+    skill's task words (name, triggers, tags), which a new rule for the same task shares, nor
+    how rules are said (``RULE_WORDS``) — are in what the skill says (description, rules,
+    steps). What a judge's "discard: skill N already says it" must meet; looser than
+    :func:`known_already`, which skips the judge ("Keep my work emails short, under 150 words"
+    beside "Keep work emails under 150 words" says it; "In Python functions use f-strings"
+    beside a Python skill that only asks for type hints does not)."""
+    task = content_tokens("\n".join([existing.name, *existing.triggers, *existing.tags]))
+    said = content_tokens("\n".join([existing.description, *existing.constraints,
+                                     *existing.workflow]))
+
+    def says(rule: str) -> bool:
+        own = content_tokens(rule) - task - RULE_WORDS
+        return coverage(own or content_tokens(rule), said) >= GROUNDING
+
+    return bool(c.constraints) and all(says(r) for r in c.constraints)
+
+
 def known_already(c: Candidate, existing: Candidate) -> bool:
     """Every rule of ``c`` is already one of ``existing``'s rules (nearly word for word, or its
     words all found in one rule and the skill: "in Python use type hints" vs "use type hints")."""

@@ -397,41 +397,37 @@ def test_a_judge_naming_a_skill_it_was_not_shown_never_drops_the_rule(tmp_path, 
         desk.close()
 
 
-def test_a_judges_discard_names_the_shown_skill_that_already_says_it(tmp_path, embedder):
-    sc = PEOPLE["m-en-python"]
-    llm = JudgeSays(sc, {"action": "discard", "target": 1, "reason": "already there"})
-    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(llm))
-    try:
-        seeded = seed_bank(desk.bank, "default", sc)
-        desk.refresh()
-        actions = replay(desk, sc["messages"])
-        [judged] = [a for a in actions if a.step == "judge"]
-        assert judged.kind == "discard" and judged.skill is not None
-        assert judged.skill.title in seeded  # the skill the judge was shown as number 1
-    finally:
-        desk.close()
+PY_SAYS = {"name": "Python code style", "description": "How the user wants Python written.",
+           "constraints": ["Use type hints", "Format strings with f-strings"],
+           "triggers": ["write a python function"]}
+PY_OTHER = {**PY_SAYS, "constraints": ["Use type hints"]}  # same task, not this rule
+POSTER = {"name": "Poster design", "description": "How the user wants posters laid out.",
+          "constraints": ["Use at most two fonts"], "triggers": ["design a poster"]}
 
 
-@pytest.mark.parametrize("bank,kind", [
-    ([{"name": "Python code style", "description": "How the user wants Python written.",
-       "constraints": ["Use type hints"], "triggers": ["write a python function"]}], "discard"),
-    ([{"name": "Poster design", "description": "How the user wants posters laid out.",
-       "constraints": ["Use at most two fonts"], "triggers": ["design a poster"]}], "add")])
-def test_a_discard_naming_no_skill_holds_only_beside_a_skill_of_the_same_task(tmp_path,
-                                                                             embedder, bank,
-                                                                             kind):
+@pytest.mark.parametrize("bank,target,kind", [
+    ([PY_SAYS], 1, "discard"), ([PY_SAYS], 0, "discard"),  # named, or the nearest: says it
+    ([PY_OTHER], 1, "add"), ([PY_OTHER], 0, "add"),  # same task, but it does not say it
+    ([POSTER], 1, "add"), ([POSTER], 0, "add")])  # another task
+def test_a_judges_discard_holds_only_where_the_skill_it_points_at_says_the_rule(
+        tmp_path, embedder, bank, target, kind):
     sc = {"bank": bank, "expect": [{"outcome": "add", "name": "Python functions",
                                      "evidence": "f-strings",
                                      "constraints": ["In Python functions use f-strings"],
                                      "keywords": ["f-string"]}]}
-    llm = JudgeSays(sc, {"action": "discard", "target": 0, "reason": "not needed"})
+    llm = JudgeSays(sc, {"action": "discard", "target": target, "reason": "already there"})
     desk = open_desk(tmp_path / "bank", embedder, ModelWorker(llm))
     try:
-        seed_bank(desk.bank, "default", sc)
+        seeded = seed_bank(desk.bank, "default", sc)
         desk.refresh()
         actions = replay(desk, [U("From now on, in Python functions use f-strings.")])
         assert "judge" in llm.calls
-        assert [a.kind for a in actions if a.kind in ("add", "discard")] == [kind]
+        [judged] = [a for a in actions if a.kind in ("add", "discard")]
+        assert judged.kind == kind, judged.reason
+        if kind == "discard":  # it names the skill that says it
+            assert judged.skill is not None and judged.skill.title in seeded
+        else:
+            assert "does not say" in judged.reason and "f-string" in judged.skill.instructions
     finally:
         desk.close()
 
