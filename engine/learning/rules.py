@@ -241,10 +241,7 @@ def own_sentence(rules: list[str], turns: list[str]) -> str | None:
     characters) with them (one shared word is how a request overlaps a rule about it:
     "Turn these notes into meeting minutes" vs a rule of a "Meeting minutes" skill). For a rule the model paraphrased too far from the user's words to be
     grounded ("不推荐辣的食物" for "我完全不能吃辣"): the user's sentence is grounded by definition."""
-    def toks(x: str) -> set[str]:
-        cjk = {ch for ch in normalize(x) if "\u4e00" <= ch <= "\u9fff" and ch not in ZH_STOP}
-        return content_tokens(x) | cjk
-
+    toks = _overlap_tokens
     said = toks("\n".join(rules))
     best, best_n = None, 1
     for turn in turns:
