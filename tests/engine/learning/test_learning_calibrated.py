@@ -122,6 +122,18 @@ def test_shares_task_ignores_the_words_rules_are_said_with():
     assert shares_task(_cand("Sign-off", ["End emails to colleagues with 'Thanks'"], []), email)
 
 
+def test_a_skills_description_is_not_its_task():
+    # a learned skill's description is often the user's sentence: its everyday words ("high")
+    # made a diet rule "the same task" as a skill about humid places (PrefEval dev)
+    humid = Candidate(name="Humidity and rain", goal="", workflow=[], tags=[],
+                      description="I dislike living in places with high humidity.",
+                      constraints=["Avoid humid, rainy places"], triggers=["where should I live"],
+                      level="functional").to_skill(source="extracted")
+    diet = _cand("Low-FODMAP diet", ["Avoid foods high in FODMAPs"], ["suggest a meal"])
+    assert not shares_task(diet, humid)
+    assert shares_task(_cand("Rainy places", ["Avoid places with rainy winters"], []), humid)
+
+
 class MergeEverything(OracleLLM):
     """A judge that merges every new rule into the first skill it is shown (what Qwen-1.5B
     did on PrefEval: 9 unrelated preferences into one workout skill)."""
