@@ -104,3 +104,21 @@ def test_qwen_keep_check_ranks_a_reworded_constraint_above_the_restated_request(
     reworded = pipeline.keep_score(w, "Suggest only dishes without shrimp, crab or mussels")
     request = pipeline.keep_score(w, "Cook dinner tonight")
     assert 0.0 <= request < reworded <= 1.0
+
+
+@pytest.mark.parametrize("said", [
+    # scoped to this one request, in the middle of a task: a one-off however it is worded
+    ["Write a short note asking my landlord to fix the dripping kitchen tap.",
+     "Make this one a bit more formal, he is rather old-fashioned."],
+    # a follow-up question asking for information: no rule
+    ["How do I get candle wax out of a wool rug?",
+     "Could I use a hair dryer instead of an iron for that?"]])
+def test_qwen_learns_nothing_from_a_scoped_tweak_or_a_follow_up_question(pipeline, said):
+    """The whole learning run on the recommended model (triage, extraction, the checks): a
+    tweak said of this one request, or a question asking for information, writes no skill."""
+    messages = []
+    for s in said:
+        messages += [{"role": "user", "content": s}, {"role": "assistant", "content": "Sure."}]
+    actions = pipeline.run(messages, "conversation")
+    assert not [a for a in actions if a.kind in ("add", "merge")], \
+        [(a.kind, a.reason) for a in actions]
