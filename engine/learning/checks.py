@@ -274,6 +274,14 @@ RULE_WORDS = frozenset(content_tokens(
     "rule rules please instead only every each good new way thing things"))
 
 
+def task_words(c: Candidate) -> set[str]:
+    """What task a skill or candidate is about: the words of its name, triggers and tags, less
+    how rules are said (``RULE_WORDS``). Not its description: a learned skill's description is
+    often the user's sentence, whose everyday words ("high" in "places with high humidity")
+    are no task."""
+    return content_tokens("\n".join([c.name, *c.triggers, *c.tags])) - RULE_WORDS
+
+
 def says_already(c: Candidate, existing: Candidate) -> bool:
     """Every rule of ``c`` is said by ``existing``: most of the rule's own words — not the
     skill's task words (name, triggers, tags), which a new rule for the same task shares, nor
@@ -282,7 +290,7 @@ def says_already(c: Candidate, existing: Candidate) -> bool:
     :func:`known_already`, which skips the judge ("Keep my work emails short, under 150 words"
     beside "Keep work emails under 150 words" says it; "In Python functions use f-strings"
     beside a Python skill that only asks for type hints does not)."""
-    task = content_tokens("\n".join([existing.name, *existing.triggers, *existing.tags]))
+    task = task_words(existing)
     said = content_tokens("\n".join([existing.description, *existing.constraints,
                                      *existing.workflow]))
 

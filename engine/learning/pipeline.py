@@ -22,10 +22,10 @@ from engine.errors import Cancelled, ConflictError, SkillDeskError, StructuredOu
 from engine.learning import triage
 from engine.learning.candidate import Candidate
 from engine.learning.checks import (
-    RULE_WORDS,
     known_already,
     repair_merge,
     says_already,
+    task_words,
     union,
     vet_candidate,
 )
@@ -516,27 +516,21 @@ def numbered(turns: list[triage.UserTurn]) -> str:
 
 
 def shares_task(c: Candidate, target: Skill) -> bool:
-    """Whether a candidate and a skill can be about the same task: a task word of the
-    candidate (name, triggers, tags) occurs somewhere in the skill, or a task word of the skill
-    (title, triggers, tags) occurs somewhere in the candidate; words of how a rule is said
-    (``RULE_WORDS``) do not count.
+    """Whether a candidate and a skill can be about the same task: a task word of either
+    (:func:`~engine.learning.checks.task_words`: name, triggers, tags) occurs somewhere in the
+    other.
 
     A veto on the judge's "merge", independent of retrieval scores: with one skill in the bank
     its fused score is high whatever it says, and Qwen2.5-1.5B merged all 9 PrefEval
     preferences it wrote (diet, learning style, travel…) into one workout skill. The skill's
-    description is not a task word source: a learned skill's description is often the user's
-    sentence, whose everyday words ("high" in "places with high humidity") let a low-FODMAP
-    diet in (seventh round, PrefEval dev items 0..24). On labelled pairs of the read scenario
-    splits and PrefEval dev preferences (``shares_task`` said "same task" to): right targets
-    19/38 with or without it, look-alikes 11/70 → 8/70, other-topic preferences 15/39 → 6/39,
-    two-task pairs 6/36 either way."""
+    description stopped counting as task words in the seventh round (a low-FODMAP diet merged
+    into a skill about humid places through "high"); on labelled pairs of the read scenario
+    splits and PrefEval dev preferences it said "same task" to right targets 19/38 with or
+    without it, look-alikes 11/70 → 8/70, other-topic preferences 15/39 → 6/39, two-task
+    pairs 6/36 either way."""
     theirs = Candidate.from_skill(target)
-    mine = content_tokens("\n".join([c.name, *c.triggers, *c.tags])) - RULE_WORDS
-    if mine & content_tokens(theirs.text):
-        return True
-    task = content_tokens("\n".join([target.title or target.name, *target.triggers,
-                                     *target.tags])) - RULE_WORDS
-    return bool(task & content_tokens(c.text))
+    return bool(task_words(c) & content_tokens(theirs.text)
+                or task_words(theirs) & content_tokens(c.text))
 
 
 def _same_rules(a: Candidate, b: Candidate) -> bool:

@@ -221,13 +221,13 @@ def said_for_this_request(rule: str, turns: list[str]) -> bool:
             sent = m[0].strip()
             lasting = bool(_FUTURE.search(sent) or _STRONG.search(sent)
                            or _LASTING.search(normalize(sent)))
-            clauses = [c for c in _CLAUSE.split(sent) if c.strip()]
-            asks = (bool(_QUESTION.search(sent.rstrip(" .。"))) and not lasting
+            scoped = not lasting and bool(_THIS_ONCE.search(sent))
+            asks = (not lasting and bool(_QUESTION.search(sent.rstrip(" .。")))
                     and not _ASKS_TO_DO.search(sent))
+            clauses = [c for c in _CLAUSE.split(sent) if c.strip()]
             for i, clause in enumerate(clauses):
                 n = len(_overlap_tokens(clause) & said)
-                once = not lasting and bool(_THIS_ONCE.search(sent)) or (
-                    asks and i == len(clauses) - 1)
+                once = scoped or (asks and i == len(clauses) - 1)  # the question's own clause
                 if n > best_n:
                     best, best_n = [once], n
                 elif n == best_n and n:
@@ -241,15 +241,14 @@ def own_sentence(rules: list[str], turns: list[str]) -> str | None:
     characters) with them (one shared word is how a request overlaps a rule about it:
     "Turn these notes into meeting minutes" vs a rule of a "Meeting minutes" skill). For a rule the model paraphrased too far from the user's words to be
     grounded ("不推荐辣的食物" for "我完全不能吃辣"): the user's sentence is grounded by definition."""
-    toks = _overlap_tokens
-    said = toks("\n".join(rules))
+    said = _overlap_tokens("\n".join(rules))
     best, best_n = None, 1
     for turn in turns:
         for m in _SENTENCE.finditer(turn):
             sent = _QUOTED.sub(" ", m[0]).strip(" ,;；")
             if not sent or _QUESTION.search(sent):
                 continue
-            n = len(toks(sent) & said)
+            n = len(_overlap_tokens(sent) & said)
             if n > best_n:
                 best, best_n = sent, n
     return best
