@@ -18,14 +18,22 @@ Scheduling:
   (``finish_reason == "cancelled"``); stopped structured/call jobs raise ``Cancelled``.
 
 ``wait_idle()`` / ``idle`` tell background code when the model has nothing queued or running.
+
+At interpreter exit every worker still alive is closed and its thread joined (``EXIT_WAIT_S``):
+the thread is a daemon, and a process whose C exit handlers (Qt's among them) run while
+llama.cpp is inside a prompt evaluation crashes (SIGSEGV), which a prefill that cannot stop
+mid-batch made possible whenever the app closed within seconds of loading its model.
 """
 
 from __future__ import annotations
 
+import atexit
 import heapq
 import itertools
+import logging
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,6 +41,22 @@ from engine.errors import Cancelled, ModelError
 from engine.llm.base import CancelToken, ChatResult, GenParams, LLMBackend, Message
 
 FOREGROUND, BACKGROUND = 0, 10
+EXIT_WAIT_S = 120.0  # at exit: the longest wait for a running model call to end
+
+log = logging.getLogger(__name__)
+_live: weakref.WeakSet[ModelWorker] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Close every live worker and wait for its thread: a native call must not outlive Python."""
+    workers = list(_live)
+    for w in workers:
+        w.close(wait=False)
+    for w in workers:
+        w._thread.join(EXIT_WAIT_S)
+        if w._thread.is_alive():
+            log.warning("model worker %s still running at exit", w._thread.name)
 
 
 class Job:
@@ -167,6 +191,7 @@ class ModelWorker:
         self._thread = threading.Thread(target=self._loop, name=f"ModelWorker-{name}",
                                         daemon=True)
         self._thread.start()
+        _live.add(self)
 
     # --- submitting -------------------------------------------------------------------------
     def submit(self, run: Callable[[LLMBackend, CancelToken], Any],

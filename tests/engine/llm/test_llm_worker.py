@@ -268,3 +268,35 @@ def test_closing_the_desk_waits_for_a_prompt_evaluation_the_cancel_cannot_stop(
     assert started.wait(5)
     desk.close()
     assert done.is_set() and backend.closed  # the job ended, then the backend was closed
+
+
+EXIT_CHILD = """
+import sys, time
+from engine.llm.worker import BACKGROUND, ModelWorker
+from tests.engine.llm.test_llm_worker import ProbeBackend
+
+def prefill(b, cancel):  # ignores the cancel token, like one llama_eval call
+    print("started", flush=True)
+    time.sleep(1.0)
+    print("ended", flush=True)
+
+worker = ModelWorker(ProbeBackend())
+worker.submit(prefill, BACKGROUND, kind="warm-up")
+time.sleep(0.3)
+sys.exit(0)  # never closed: the interpreter exits while the job runs
+"""
+
+
+def test_the_interpreter_does_not_exit_while_a_model_call_runs():
+    """The worker's thread is a daemon, so nothing else stops the process from tearing down
+    while llama.cpp is inside a prompt evaluation: the app crashed so (SIGSEGV in Qt's exit
+    handlers, the model thread still decoding) when it was closed right after loading."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run([sys.executable, "-c", EXIT_CHILD], cwd=root, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["started", "ended"], out.stdout + out.stderr
