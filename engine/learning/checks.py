@@ -217,7 +217,7 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
         if _empty_rule(rule) or is_question(rule) or _copied_from_assistant(
                 rule, user_toks, assistant_text):
             dropped.append(rule)
-        elif turns and said_for_this_request(rule, turns):
+        elif turns and said_for_this_request(rule, turns, task_words(c)):
             once.append(rule)
         elif keeps(rule, grounded(rule, user_toks, user_text), keep):
             kept.append(rule)

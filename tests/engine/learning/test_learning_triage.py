@@ -29,6 +29,7 @@ from engine.learning.rules import rule_extract, said_for_this_request, short_nam
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
+from engine.text import content_tokens
 from tests.support import A, FixedExtract, U, open_desk, replay
 
 PEOPLE = {s["id"]: s for s in load_scenarios("people")}
@@ -484,6 +485,21 @@ def test_a_reworded_cue_word_rule_keeps_the_users_own_words(tmp_path):
 ])
 def test_a_rule_said_for_this_request_only_is_found_by_its_own_sentence(rule, said, once):
     assert said_for_this_request(rule, said) is once
+
+
+@pytest.mark.parametrize("rule, said, task, once", [
+    # the request and a constraint stated elsewhere in one rule: the constraint keeps it
+    ("Quick dinners without peanuts", ["What's a quick dinner I could make tonight? Peanuts "
+                                       "put me in hospital."], {"quick", "dinne"}, False),
+    ("推荐不放香菜的凉菜", ["夏天有什么好做的凉菜推荐？香菜我一口都吃不了。"], {"凉菜"}, False),
+    # ... but not the task's own words: "letters" only repeats the request
+    ("Keep letters very formal", ["Write a letter to the council about the bus stop. Keep "
+                                  "this one very formal, it gets read out."],
+     content_tokens("Formal letters"), True),
+])
+def test_a_rule_carrying_a_constraint_stated_elsewhere_is_not_a_one_off(rule, said, task, once):
+    # the closest clause of each rule is the one-off one (the request's question, "this one")
+    assert said_for_this_request(rule, said, task) is once
 
 
 class ScopedTweak(FixedExtract):
