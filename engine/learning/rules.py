@@ -203,7 +203,8 @@ def _overlap_tokens(x: str) -> set[str]:
     return content_tokens(x) | cjk
 
 
-def said_for_this_request(rule: str, turns: list[str], task: set[str] = frozenset()) -> bool:
+def said_for_this_request(rule: str, turns: list[str],
+                          task: set[str] | frozenset[str] = frozenset()) -> bool:
     """The user's sentence that ``rule`` comes from (the clause sharing the most words with it,
     every such clause when several tie) was said of this request only: scoped to it ("Formal
     tone for this one, it may get forwarded", "这次数字换成同比百分比来写"), or a question asking
