@@ -40,6 +40,10 @@ class Candidate:
     extra_sections: str = ""  # hand-written sections of an existing body, kept verbatim
     level_guessed: bool = False  # rule-based extraction: the judge may merge across levels
     fixing: bool = False  # extracted from a correction of the last answer ("No, I said…")
+    # the triggers a new skill written from this candidate gets: ``triggers`` less the
+    # request's topic (checks.generalize); None: ``triggers``. Finding, judging and merging
+    # use ``triggers``, whose task words tie a rule to the skill it belongs to
+    new_skill_triggers: list[str] | None = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Candidate:

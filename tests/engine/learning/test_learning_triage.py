@@ -460,6 +460,25 @@ def test_a_reworded_cue_word_rule_keeps_the_users_own_words(tmp_path):
     assert "monday" not in add.skill.instructions.lower()  # the request's case stays out
 
 
+class StatedConstraint(FixedExtract):
+    def _triage(self, prompt: str) -> dict:
+        return {"kind": "constraint"}
+
+
+def test_a_new_skills_triggers_lose_the_requests_topic(tmp_path):
+    said = [U("Plan a birthday dinner menu for my aunt Rosa. I'm vegetarian, so no meat or "
+              "fish for me."), A("Here is a menu…")]
+    model = StatedConstraint(["No meat or fish in food suggestions"], name="Vegetarian food",
+                             triggers=["birthday dinner menu for my aunt",
+                                       "suggest vegetarian food", "vegetarian birthday recipes"])
+    [add] = [a for a in Pipeline(SkillBank(tmp_path / "bank"), "default",
+                                 LLMClient(model)).run(said, "turn") if a.kind == "add"]
+    # "birthday", "dinner", "menu" and "aunt" were this request's topic, not the rule's
+    assert add.skill.triggers == ["suggest vegetarian food", "vegetarian recipes"], \
+        add.skill.triggers
+    assert add.candidate.triggers[0] == "birthday dinner menu for my aunt"  # what the judge saw
+
+
 # ------------------------------------------------------------------------------ one request
 @pytest.mark.parametrize("rule, said, once", [
     # scoped to this request: a one-off however the rule reads
