@@ -176,8 +176,9 @@ def _general_trigger(trigger: str, topic: set[str]) -> str | None:
     the one request it was learned from ("nephew" in "games for my nephew", "下午茶点心推荐",
     "budgeting app for VoiceOver") is the instance, which names and descriptions already lose:
     in the runs of fresh5 … fresh10, 8 of the 17 scenarios with a leak leaked in a new skill's
-    triggers only. English triggers lose those words and stay when two content words are left; others are
-    dropped. The words rules are said with (write, give, use…) are not topic here."""
+    triggers only. English triggers lose those words and stay when two content words are
+    left; others are dropped. The words rules are said with (write, give, use…) are not topic
+    here."""
     if not _carries(trigger, topic):
         return trigger
     if language(trigger) != "en":
@@ -193,7 +194,9 @@ def generalize(c: Candidate, turns: list[str]) -> list[str]:
     A trigger carrying a case detail or longer than MAX_TRIGGER_CHARS is dropped, and so is a
     workflow step carrying a word only the request had ("Describe the lavender honey scones");
     a goal or description carrying one is rebuilt from the rules; a name carrying one loses
-    those words (or, when nothing is left, becomes the first rule's short form). Returns notes."""
+    those words (or, when nothing is left, becomes the first rule's short form). A new skill's
+    triggers also lose the request's topic (``c.new_skill_triggers``; the candidate keeps its
+    own for finding the skill it may merge into). Returns notes."""
     from engine.learning.rules import short_name
 
     case = case_details(turns, c.constraints)
