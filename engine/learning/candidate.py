@@ -88,8 +88,11 @@ class Candidate:
                           "triggers: " + " | ".join(self.triggers[:4])])
 
     def to_skill(self, **changes: Any) -> Skill:
+        """The new skill this candidate writes (with ``new_skill_triggers`` when set)."""
+        triggers = self.triggers if self.new_skill_triggers is None else (
+            self.new_skill_triggers or [self.name])
         skill = Skill(name=self.name, title=self.name, description=self.description,
-                      instructions=self.body(), level=self.level, triggers=self.triggers,
+                      instructions=self.body(), level=self.level, triggers=triggers,
                       tags=self.tags, examples=[{"input": e} for e in self.examples])
         return skill.copy(**changes) if changes else skill
 

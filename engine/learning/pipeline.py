@@ -451,10 +451,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------ write
     def add(self, c: Candidate, turn_id: str | None, reason: str) -> Action:
-        triggers = c.triggers if c.new_skill_triggers is None else (c.new_skill_triggers
-                                                                    or [c.name])
-        skill = c.to_skill(source="extracted", source_turns=[turn_id] if turn_id else [],
-                           triggers=triggers)
+        skill = c.to_skill(source="extracted", source_turns=[turn_id] if turn_id else [])
         written = self.bank.create(skill, self.user, source="extracted")
         self._refresh(written)
         return Action("add", skill=written, candidate=c, step="write", reason=reason)
