@@ -144,7 +144,9 @@ class OracleLLM:
                 "level": e.get("level") or "functional", "confidence": 0.9}
 
     def _extract(self, prompt: str) -> dict[str, Any]:
-        shown = normalize(prompt.split("User messages:", 1)[-1])
+        # the evidence only: what follows the label, not the context before it (English and
+        # Chinese prompts)
+        shown = normalize(re.split(r"User messages:|用户消息：", prompt)[-1])
         found = [self._item_json(e) for e in self.expect
                  if e.get("evidence") and normalize(e["evidence"]) in shown]
         return {"skills": found[:2]}
