@@ -12,7 +12,7 @@ candidate did not explicitly correct.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from engine.learning.candidate import Candidate
 from engine.learning.rules import is_question, named_tools, said_for_this_request
@@ -169,22 +169,22 @@ def _carries(text: str, case: set[str]) -> bool:
     return bool(case) and bool(content_tokens(text) & case)
 
 
-def _general_trigger(trigger: str, topic: set[str]) -> str | None:
-    """``trigger`` without the request's topic words, or None when nothing general is left.
-
-    A trigger names the kind of request a skill is for ("write a cover letter"); the topic of
-    the one request it was learned from ("nephew" in "games for my nephew", "下午茶点心推荐",
-    "budgeting app for VoiceOver") is the instance, which names and descriptions already lose:
-    in the runs of fresh5 … fresh10, 8 of the 17 scenarios with a leak leaked in a new skill's
-    triggers only. English triggers lose those words and stay when two content words are
-    left; others are dropped. The words rules are said with (write, give, use…) are not topic
-    here."""
-    if not _carries(trigger, topic):
-        return trigger
-    if language(trigger) != "en":
-        return None
-    rest = " ".join(w for w in trigger.split() if not _carries(w, topic))
-    return rest if len(content_tokens(rest)) >= 2 else None
+def _without_topic(name: str, topic: set[str]) -> str:
+    """``name`` less the request's topic, or "" when too little is left to name a skill.
+    English drops the words carrying it and keeps two content words at least; Chinese drops
+    the characters of its bigrams ("律师函回复期限" less 律师/师函 is "回复期限") and keeps two
+    characters at least, never a clipped clause of a sentence."""
+    if language(name) == "en":
+        rest = " ".join(w for w in name.split() if not _carries(w, topic))
+        return rest if len(content_tokens(rest)) >= 2 and not _is_generic(rest) else ""
+    cut = set()
+    for i in range(len(name) - 1):
+        if name[i:i + 2] in topic:
+            cut |= {i, i + 1}
+    rest = "".join(ch for i, ch in enumerate(name) if i not in cut).strip(
+        " ，,、：:;；·-" + "".join(ZH_STOP))
+    return rest if sum("\u4e00" <= ch <= "\u9fff" for ch in rest) >= 2 and not _is_generic(
+        rest) else ""
 
 
 def generalize(c: Candidate, turns: list[str]) -> list[str]:
@@ -194,9 +194,11 @@ def generalize(c: Candidate, turns: list[str]) -> list[str]:
     A trigger carrying a case detail or longer than MAX_TRIGGER_CHARS is dropped, and so is a
     workflow step carrying a word only the request had ("Describe the lavender honey scones");
     a goal or description carrying one is rebuilt from the rules; a name carrying one loses
-    those words (or, when nothing is left, becomes the first rule's short form). A new skill's
-    triggers also lose the request's topic (``c.new_skill_triggers``; the candidate keeps its
-    own for finding the skill it may merge into). Returns notes."""
+    those words (or, when nothing is left, becomes the first rule's short form). The request's
+    topic is kept in ``c.topic``: the triggers a skill gets from ``c``, new or merged into,
+    lose it (:meth:`Candidate.general_triggers`); the candidate keeps its own for finding the
+    skill it may merge into. The words rules are said with (``RULE_WORDS``: write, give,
+    use…) are no topic. Returns notes."""
     from engine.learning.rules import short_name
 
     case = case_details(turns, c.constraints)
@@ -206,18 +208,16 @@ def generalize(c: Candidate, turns: list[str]) -> list[str]:
     if len(kept) < len(c.triggers):
         notes.append(f"dropped {len(c.triggers) - len(kept)} case-specific trigger(s)")
     c.triggers = kept
-    general = [g for g in (_general_trigger(t, topic - RULE_WORDS) for t in kept) if g]
-    if general != kept:
-        c.new_skill_triggers = general
-        notes.append("a new skill's triggers lose the request's topic")
+    c.topic = frozenset(topic - RULE_WORDS)
+    if c.general_triggers() != kept:
+        notes.append("a skill's triggers lose the request's topic")
     steps = [s for s in c.workflow if not _carries(s, topic)]
     if len(steps) < len(c.workflow):
         notes.append(f"dropped {len(c.workflow) - len(steps)} case-specific step(s)")
     c.workflow = steps
     if _carries(c.name, topic):
-        words = [w for w in c.name.split() if not _carries(w, topic)]
-        new = " ".join(words) if language(c.name) == "en" else ""
-        c.name = new if len(content_tokens(new)) >= 2 else short_name(c.constraints[0])
+        new = _without_topic(c.name, topic)
+        c.name = new if new else short_name(c.constraints[0])
         notes.append("name made general")
     for attr in ("goal", "description"):
         if _carries(getattr(c, attr), topic):
@@ -228,9 +228,11 @@ def generalize(c: Candidate, turns: list[str]) -> list[str]:
 
 def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
                   turns: list[str] | None = None,
-                  keep: Callable[[str], float | None] | None = None) -> str | None:
+                  keep: Callable[[str], float | None] | None = None,
+                  context: Sequence[str] = ()) -> str | None:
     """Clean ``c`` in place; return why it must be discarded, or None when it may be used.
-    ``turns`` (the user's messages one by one) lets :func:`generalize` find the instance.
+    ``turns`` (the user's messages one by one) lets :func:`generalize` find the instance;
+    ``context`` (the requests just before them) is read for the instance only.
     ``keep(rule)`` is the model's probability that the user asked for the rule to last
     (:meth:`Pipeline.keep_score`): it can keep a rule word overlap would drop (:func:`keeps`)."""
     user_toks = content_tokens(user_text)
@@ -265,7 +267,7 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     if any(has_pii(x) for x in [c.name, c.description, *c.constraints, *c.triggers]):
         return "case-specific details (emails, phone or order numbers) left in the rules"
     if turns:
-        generalize(c, turns)
+        generalize(c, [*context, *turns])
     if not c.description.strip():
         c.description = c.goal or "; ".join(c.constraints[:2])
     if not c.goal.strip():

@@ -11,7 +11,7 @@ on a tiny model the judge and the merge are rule-based, because its answers ther
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,16 @@ from engine.learning.events import Action
 from engine.learning.rules import named_tools, own_sentence, rule_extract
 from engine.llm import tiers
 from engine.llm.client import LLMClient
-from engine.text import clip, content_tokens, coverage, jaccard, language, normalize, scrub
+from engine.text import (
+    clip,
+    content_tokens,
+    coverage,
+    dedupe,
+    jaccard,
+    language,
+    normalize,
+    scrub,
+)
 
 log = logging.getLogger("skilldesk.learning")
 
@@ -127,7 +136,8 @@ class Pipeline:
             else None
         for w in triage.windows(messages, mode, decide):
             self.checkpoint()
-            candidates, failed = self.extract(w)
+            earlier = earlier_requests(messages, w)
+            candidates, failed = self.extract(w, earlier)
             if failed is not None:
                 actions.append(failed)
             fixing = any(triage.is_fixing(t.text) for t in w.turns[-1:])
@@ -137,7 +147,7 @@ class Pipeline:
             for c in candidates:
                 c.fixing = fixing
                 said = list(c.constraints)
-                why = vet_candidate(c, w.user_text, w.assistant_text, texts)
+                why = vet_candidate(c, w.user_text, w.assistant_text, texts, context=earlier)
                 if why and why.startswith("no rule grounded"):
                     # the model paraphrased the user too far (Qwen-1.5B on the tune half:
                     # "Use phrases like 'matey'" for "talk to me like a cheerful pirate", "不推荐
@@ -148,7 +158,7 @@ class Pipeline:
                     own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
                     c.constraints = [own] if own is not None else said
                     why = vet_candidate(c, w.user_text, w.assistant_text, texts,
-                                        None if own is not None else keep)
+                                        None if own is not None else keep, context=earlier)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:
@@ -177,14 +187,16 @@ class Pipeline:
                 # hold what it missed (never anything the user did not say)
                 for c in rule_extract(w):
                     c.fixing = fixing
-                    if vet_candidate(c, w.user_text, w.assistant_text, texts) is None:
+                    if vet_candidate(c, w.user_text, w.assistant_text, texts,
+                                     context=earlier) is None:
                         vetted.append(c)
             if not candidates and not vetted and failed is None:
                 actions.append(Action("discard", reason="no reusable rule in the user's messages"
                                       f" (cues: {', '.join(w.cues[:3])})", step="extract"))
+            asked = asked_for(earlier, w)
             for c in vetted:
                 self.checkpoint()
-                actions.append(self.manage(c, turn_id))
+                actions.append(self.manage(c, turn_id, asked))
         for a in actions:
             log.info("evolution %s%s: %s", a.kind,
                      f" {a.skill.title}" if a.skill is not None else "", a.reason)
@@ -237,12 +249,13 @@ class Pipeline:
         return {k: v for k, v in probs.items() if k != "none"} or None
 
     # ------------------------------------------------------------------------------ extract
-    def extract(self, w: triage.Window) -> tuple[list[Candidate], Action | None]:
+    def extract(self, w: triage.Window,
+                earlier: Sequence[str] = ()) -> tuple[list[Candidate], Action | None]:
         if self.policy["extract"] == "rule" or self.llm is None:
             return rule_extract(w), None
         if self.policy["extract"] == "off":
             return [], Action("discard", reason="learning is off for this model", step="extract")
-        values = self.extract_values(w)
+        values = self.extract_values(w, earlier)
         schema = None
         p = self.extract_score(values)
         if p is not None:
@@ -267,19 +280,22 @@ class Pipeline:
         raw = out.get("skills") or []
         return [Candidate.from_json(s) for s in raw if isinstance(s, dict)], None
 
-    def extract_values(self, w: triage.Window) -> dict[str, Any]:
+    def extract_values(self, w: triage.Window, earlier: Sequence[str] = ()) -> dict[str, Any]:
         """The extraction prompt's inputs for window ``w``: the evidence turns, numbered; the
-        context (earlier requests, the last reply, a repeated format); the language."""
-        evidence = w.turns[w.focus:] if self.llm.tier != "tiny" else w.turns
+        context (earlier requests: the window's turns before its evidence and ``earlier``,
+        :func:`earlier_requests`; the last reply; a repeated format); the language."""
+        tiny = self.llm.tier == "tiny"
+        evidence = w.turns if tiny else w.turns[w.focus:]
         turns = "\n".join(f"{i}. {scrub(t.text)}" for i, t in enumerate(evidence, 1))
         lang = language(w.user_text)
         zh = lang == "zh"
         context = ""
-        if len(evidence) < len(w.turns):  # the triaged turn is the evidence; earlier requests
-            # only say what task it was about (Qwen-1.5B answered [] after a yes when they
-            # were numbered as evidence: a plain request there looks like its one-off example)
-            earlier = " / ".join(clip(scrub(t.text), 160) for t in w.turns[:w.focus][-2:])
-            context += f"{self.llm.prompt('extract', lang).extra.get('earlier', '')}: {earlier}\n\n"
+        before = [] if tiny else [*earlier, *(t.text for t in w.turns[:w.focus])][-2:]
+        if before:  # earlier requests only say what task the evidence was about (Qwen-1.5B
+            # answered [] after a yes when they were numbered as evidence: a plain request
+            # there looks like its one-off example)
+            said = " / ".join(clip(scrub(t), 160) for t in before)
+            context += f"{self.llm.prompt('extract', lang).extra.get('earlier', '')}: {said}\n\n"
         if w.context and self.llm.tier != "tiny":
             label = "助手上一条回复（仅作背景）" if zh else "Assistant's last reply (context only)"
             context += f"{label}: {clip(scrub(w.context), 200)}\n\n"
@@ -347,7 +363,9 @@ class Pipeline:
                 out.append(h)
         return out
 
-    def manage(self, c: Candidate, turn_id: str | None) -> Action:
+    def manage(self, c: Candidate, turn_id: str | None, asked: str = "") -> Action:
+        """Add, merge or discard ``c``; ``asked`` is what the user was asking for when they
+        said it (:func:`asked_for`): the judge reads it to tell which task the rule is about."""
         near = self.neighbours(c)
         for n in near[: self.top_m]:
             if known_already(c, Candidate.from_skill(n.skill)):
@@ -360,7 +378,7 @@ class Pipeline:
         if not same:
             return self.add(c, turn_id, f"no similar {c.level} skill yet")
         if self.policy["judge"] == "llm" and self.llm is not None:
-            decision, target, reason = self._judge_llm(c, same)
+            decision, target, reason = self._judge_llm(c, same, asked)
         else:
             decision, target, reason = self._judge_rule(c, same)
         if decision == "add":
@@ -371,11 +389,13 @@ class Pipeline:
         return Action("discard", candidate=c, step="judge", reason=reason,
                       skill=target.skill if target else None)
 
-    def _judge_llm(self, c: Candidate, same: list[Neighbour]) -> tuple[str, Neighbour | None, str]:
+    def _judge_llm(self, c: Candidate, same: list[Neighbour],
+                   asked: str = "") -> tuple[str, Neighbour | None, str]:
         lines = "\n".join(f"{i}. {Candidate.from_skill(n.skill).summary()}"
                           for i, n in enumerate(same, 1))
         try:
-            out = self.llm.structured("judge", candidate=c.summary(), neighbours=lines)
+            out = self.llm.structured("judge", candidate=c.summary(), asked=asked or "-",
+                                      neighbours=lines)
         except StructuredOutputError as exc:
             return "discard", None, f"judge answer unusable: {clip(str(exc), 160)}"
         except Cancelled:
@@ -474,6 +494,10 @@ class Pipeline:
                 notes += repair_merge(merged, ex, c, [str(x) for x in out.get("replaced") or []])
             else:
                 merged = union(ex, c)
+            # triggers the merge adds lose the request's topic, as a new skill's do (fresh11:
+            # "红烧肉" reached a skill through a merge)
+            merged.triggers = dedupe(ex.triggers + c.general_triggers(
+                [t for t in merged.triggers if t not in ex.triggers]))[:8]
             if _same_rules(merged, ex):  # reported as what it is, never as a merge
                 return Action("discard", skill=existing, candidate=c, step="merge",
                               reason=f"the merge changed nothing: {existing.title} already "
@@ -507,6 +531,38 @@ class Pipeline:
             self.refresh([Path(skill.path)])
         except Exception as exc:  # the index is a cache; a failed refresh must not lose the write
             log.warning("evolution: reindex of %s failed: %s", skill.path, exc)
+
+
+ASKED_TURNS = 2  # user turns the judge reads as the request a rule was said for
+ASKED_CHARS = 160
+
+
+def earlier_requests(messages: list[dict], w: triage.Window) -> list[str]:
+    """The user turns just before window ``w`` (at most ``ASKED_TURNS``), back to an explicit
+    topic switch ("by the way", "换个话题"). A window starts at a turn that shares no word with
+    the one before it, but a follow-up often shares none with its request ("Give each piece
+    its length in minutes" after "Write the programme for Sunday's recital"): that request is
+    still what the rule was said for, so the judge reads it (:func:`asked_for`) and the
+    instance checks strip its words (``vet_candidate``'s ``context``)."""
+    turns = [t for t in triage.user_turns(messages) if t.index < w.turns[0].index]
+    out: list[str] = []
+    nxt = w.turns[0]
+    for t in reversed(turns):
+        if len(out) >= ASKED_TURNS or triage.is_switch(nxt.text):
+            break
+        out.insert(0, t.text)
+        nxt = t
+    return out
+
+
+def asked_for(earlier: list[str], w: triage.Window) -> str:
+    """What the user was asking for when they said the rules of window ``w``: their last user
+    turns up to the window's newest, ``earlier`` (:func:`earlier_requests`) included ("Write
+    menu descriptions for our autumn dishes" before "Put the allergens in brackets"),
+    scrubbed and clipped. The judge reads it: a small model shown only the rule and its own
+    name for it cannot tell which of three look-alike skills the rule belongs to."""
+    texts = [*earlier, *(t.text for t in w.turns)][-ASKED_TURNS:]
+    return " / ".join(clip(scrub(t), ASKED_CHARS) for t in texts)
 
 
 def numbered(turns: list[triage.UserTurn]) -> str:

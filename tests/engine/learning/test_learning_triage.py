@@ -183,6 +183,19 @@ def test_generalize_takes_names_numbers_and_quotes_of_the_request_out_of_the_ski
         ["Use f-strings in Python"])
 
 
+def test_a_chinese_name_loses_the_requests_topic_not_its_meaning():
+    turns = ["帮我起草一封律师函：我的当事人交了三万块定金给一家装修公司。",
+             "落款前加一句回复期限，写明对方收到后几日内书面答复。"]
+    c = Candidate(name="律师函回复期限", description="律师函要写回复期限。",
+                  constraints=["落款前写明回复期限，要求对方几日内书面答复"])
+    generalize(c, turns)
+    assert c.name == "回复期限"  # not a clipped clause of the rule ("落款前写明回复期")
+    # nothing but the topic and a generic word left: the rule's short form names it
+    c = Candidate(name="对联格式", description="对联。", constraints=["上联和下联字数相同"])
+    generalize(c, ["帮我写一副春节对联。", "上联和下联字数要一样。"])
+    assert c.name == short_name("上联和下联字数相同")
+
+
 def test_case_details_are_found_per_sentence_when_one_message_holds_request_and_rule():
     # the request and the rule in one message, the rule reworded by the model
     turns = ["Which hotel in Porto should I book for the Friday gig? I can't do stairs, "
@@ -477,6 +490,39 @@ def test_a_new_skills_triggers_lose_the_requests_topic(tmp_path):
     assert add.skill.triggers == ["suggest vegetarian food", "vegetarian recipes"], \
         add.skill.triggers
     assert add.candidate.triggers[0] == "birthday dinner menu for my aunt"  # what the judge saw
+
+
+class MergesIntoFirst(StatedConstraint):
+    """Extraction answers one fixed skill; the judge merges it into the first skill shown."""
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "action" in set(schema.get("properties") or {}):
+            self.judged = messages[-1]["content"]
+            return {"action": "merge", "target": 1, "reason": "same task (menus)"}
+        return super().structured(messages, schema, params, cancel)
+
+
+def test_triggers_a_merge_adds_lose_the_requests_topic_and_the_judge_reads_the_request(
+        tmp_path):
+    bank = SkillBank(tmp_path / "bank")
+    menu = bank.create(Candidate(name="Menu descriptions", description="Dishes on the menu.",
+                                 constraints=["Describe each dish in one sentence"],
+                                 triggers=["write menu descriptions"]).to_skill(), "default")
+    said = [U("Write menu descriptions for our autumn dishes: pumpkin risotto and lamb "
+              "shoulder."), A("Pumpkin risotto: …"),
+            U("Put the allergens in brackets after each dish, like (milk, gluten).")]
+    model = MergesIntoFirst(["Put the allergens in brackets after each dish"],
+                            name="Menu allergens",
+                            triggers=["write menu descriptions for pumpkin risotto",
+                                      "list allergens after each dish"])
+    [merge] = [a for a in Pipeline(bank, "default", LLMClient(model)).run(said, "turn")
+               if a.kind == "merge"]
+    assert merge.skill.id == menu.id and "allergens" in merge.skill.instructions
+    # the judge was told what the user was asking for when they said the rule
+    assert "ASKED: Write menu descriptions for our autumn dishes" in model.judged
+    # what the merge adds loses "pumpkin", "risotto", "autumn": this request's topic
+    assert merge.skill.triggers == ["write menu descriptions", "list allergens after each dish"], \
+        merge.skill.triggers
 
 
 # ------------------------------------------------------------------------------ one request
