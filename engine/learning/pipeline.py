@@ -349,24 +349,31 @@ class Pipeline:
             return None
 
     # ------------------------------------------------------------------------------ judge
-    def neighbours(self, c: Candidate) -> list[Neighbour]:
+    def neighbours(self, c: Candidate, asked: str = "") -> list[Neighbour]:
+        """The user's skills nearest to ``c``; the one nearest to what was ``asked`` (the
+        request the rule was said for) is among the first ``top_m`` the judge sees: a rule
+        worded without its task ("Put swimming on two days") may share no word with the skill
+        of that task ("Running training plans")."""
         query = "\n".join([c.name, c.description, *c.constraints[:4], *c.triggers[:2]])
+        out = self._user_hits(query, max(8, self.top_m * 3))
+        seen = {h.skill.path for h in out}
+        extra = [h for h in self._user_hits(asked, self.top_m) if h.skill.path not in seen] \
+            if asked else []
+        return out[:self.top_m - 1] + extra[:1] + out[self.top_m - 1:]
+
+    def _user_hits(self, query: str, k: int) -> list[Neighbour]:
         try:
-            hits = self.search(query, max(8, self.top_m * 3))
+            hits = self.search(query, k)
         except SkillDeskError as exc:
             log.warning("evolution: neighbour search failed (%s); judging without", exc)
             return []
-        out = []
-        for h in hits:
-            s = h.skill
-            if s.scope == "user" and s.owner == self.user and s.path is not None:
-                out.append(h)
-        return out
+        return [h for h in hits if h.skill.scope == "user" and h.skill.owner == self.user
+                and h.skill.path is not None]
 
     def manage(self, c: Candidate, turn_id: str | None, asked: str = "") -> Action:
         """Add, merge or discard ``c``; ``asked`` is what the user was asking for when they
         said it (:func:`asked_for`): the judge reads it to tell which task the rule is about."""
-        near = self.neighbours(c)
+        near = self.neighbours(c, asked)
         for n in near[: self.top_m]:
             if known_already(c, Candidate.from_skill(n.skill)):
                 return Action("discard", skill=n.skill, candidate=c, step="judge",
@@ -417,16 +424,23 @@ class Pipeline:
                     return "add", None, (f"{reason} — it named skill #{target}, which it was "
                                          "not shown, and none shown is clearly the same task")
             n = same[target - 1]
-            overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]),
-                              Candidate.from_skill(n.skill).text)
+            theirs = Candidate.from_skill(n.skill)
+            mine_tools, their_tools = named_tools(c.text), named_tools(theirs.text)
+            if mine_tools and their_tools and mine_tools.isdisjoint(their_tools):
+                return "add", None, (f"{reason} — overruled: {n.skill.title} is about "  # SQL
+                                     f"{', '.join(sorted(their_tools))}, this about "  # rules
+                                     f"{', '.join(sorted(mine_tools))}")  # never go into Python
+            if task_words(theirs) & content_tokens(asked):
+                # the skill's task is what the user was asking for when they said the rule
+                # ("Make me a running plan" … "my shins can't take more pounding" merged into
+                # "Running training plans"): the word vetoes below, made for rules judged
+                # without their request, do not overrule that (on the read merge scenarios
+                # they turned 5 right merges into adds this way, and stopped 2 wrong ones)
+                return "merge", n, f"{reason} (the skill is what was asked for)"
+            overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]), theirs.text)
             if n.score < MERGE_FLOOR and overlap < 0.1:  # a merge into an unrelated skill
                 return "add", None, (f"{reason} — overruled: {n.skill.title} is unrelated "
                                      f"(score {n.score:.2f})")
-            mine, theirs = named_tools(c.text), named_tools(Candidate.from_skill(n.skill).text)
-            if mine and theirs and mine.isdisjoint(theirs):  # SQL rules never go into Python
-                return "add", None, (f"{reason} — overruled: {n.skill.title} is about "
-                                     f"{', '.join(sorted(theirs))}, this about "
-                                     f"{', '.join(sorted(mine))}")
             if not shares_task(c, n.skill):
                 return "add", None, (f"{reason} — overruled: {n.skill.title} shares no word "
                                      "with this skill's task")

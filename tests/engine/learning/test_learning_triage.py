@@ -525,6 +525,26 @@ def test_triggers_a_merge_adds_lose_the_requests_topic_and_the_judge_reads_the_r
         merge.skill.triggers
 
 
+@pytest.mark.parametrize("request_turn, kind", [
+    ("Make me a twelve-week running plan for a half marathon.", "merge"),  # the skill's task
+    ("Write a thank-you card for my physio.", "add")])  # another task: the vetoes stand
+def test_a_judges_merge_into_the_skill_the_user_was_asking_for_is_not_overruled(
+        tmp_path, request_turn, kind):
+    bank = SkillBank(tmp_path / "bank")
+    plans = bank.create(Candidate(name="Running training plans", description="Training plans.",
+                                  constraints=["Give each week a long run"],
+                                  triggers=["make a running plan"]).to_skill(), "default")
+    said = [U(request_turn), A("Here it is…"),
+            U("My shins can't take more pounding, so put swimming or cycling on two days.")]
+    # the name shares no word with the skill's name, triggers or tags: "shares no task word"
+    model = MergesIntoFirst(["Put swimming or cycling on two days"],
+                            name="Low-impact days", triggers=["low-impact exercise"])
+    [done] = [a for a in Pipeline(bank, "default", LLMClient(model)).run(said, "turn")
+              if a.kind in ("add", "merge")]
+    assert done.kind == kind, done.reason
+    assert (done.skill.id == plans.id) == (kind == "merge")
+
+
 # ------------------------------------------------------------------------------ one request
 @pytest.mark.parametrize("rule, said, once", [
     # scoped to this request: a one-off however the rule reads
