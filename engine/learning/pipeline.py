@@ -423,6 +423,10 @@ class Pipeline:
                 else:
                     return "add", None, (f"{reason} — it named skill #{target}, which it was "
                                          "not shown, and none shown is clearly the same task")
+            named = named_in_reason(out.get("reason", ""), same)
+            if named is not None and named != target:
+                reason += f" (its reason names skill #{named}, not #{target}: #{named} is used)"
+                target = named
             n = same[target - 1]
             theirs = Candidate.from_skill(n.skill)
             mine_tools, their_tools = named_tools(c.text), named_tools(theirs.text)
@@ -583,6 +587,18 @@ def numbered(turns: list[triage.UserTurn]) -> str:
     """``1. …`` per user turn, scrubbed and clipped: what the short scoring prompts (triage,
     keep) read."""
     return "\n".join(f"{i}. {clip(scrub(t.text), 300)}" for i, t in enumerate(turns, 1))
+
+
+def named_in_reason(reason: str, shown: list[Neighbour]) -> int | None:
+    """The number of the one shown skill whose whole title the judge's reason names ("same
+    task (client case updates)"), or None. Qwen2.5-Coder-1.5B writes the number before the
+    reason and often names one skill while numbering another (read merge scenarios: 4 of 45
+    judgements, each then merged into a look-alike or overruled); its reason is the better
+    read of what it meant."""
+    said = content_tokens(reason)
+    full = [i for i, n in enumerate(shown, 1)
+            if (title := content_tokens(n.skill.title or n.skill.name)) and title <= said]
+    return full[0] if len(full) == 1 else None
 
 
 def shares_task(c: Candidate, target: Skill) -> bool:

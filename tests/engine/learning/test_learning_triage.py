@@ -545,6 +545,18 @@ def test_a_judges_merge_into_the_skill_the_user_was_asking_for_is_not_overruled(
     assert (done.skill.id == plans.id) == (kind == "merge")
 
 
+def test_the_skill_a_judges_reason_names_wins_over_a_number_that_points_elsewhere():
+    from engine.learning.pipeline import Neighbour, named_in_reason
+
+    shown = [Neighbour(Candidate(name=t, description=t).to_skill(), 0.5)
+             for t in ("Demand letters", "Client case updates", "Court filings")]
+    assert named_in_reason("same task (client case updates); adds a fee line", shown) == 2
+    assert named_in_reason("a different task", shown) is None
+    # two titles named, or only part of one: no reading of it
+    assert named_in_reason("like demand letters and court filings", shown) is None
+    assert named_in_reason("same task (case updates)", shown) is None
+
+
 # ------------------------------------------------------------------------------ one request
 @pytest.mark.parametrize("rule, said, once", [
     # scoped to this request: a one-off however the rule reads
