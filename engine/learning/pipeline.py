@@ -22,6 +22,7 @@ from engine.errors import Cancelled, ConflictError, SkillDeskError, StructuredOu
 from engine.learning import triage
 from engine.learning.candidate import Candidate
 from engine.learning.checks import (
+    GROUNDING,
     known_already,
     repair_merge,
     says_already,
@@ -124,6 +125,7 @@ class Pipeline:
             self.policy.update(extract="rule", judge="rule", merge="rule")
         self.top_m = top_m
         self.triaged: dict[int, float] = {}
+        self.said = ""  # the user's turns of the conversation being learned from
 
     # ------------------------------------------------------------------------------ the run
     def run(self, messages: list[dict], mode: str = "turn", turn_id: str | None = None,
@@ -131,6 +133,7 @@ class Pipeline:
         """Learn from ``messages``; ``checkpoint()`` runs between steps (pause / stop)."""
         self.checkpoint = checkpoint or (lambda: None)
         self.triaged = {}  # message index -> triage's P(durable), for extraction
+        self.said = "\n".join(t.text for t in triage.user_turns(messages))  # said_here
         actions: list[Action] = []
         decide = self._triage if self.policy.get("triage") == "llm" and self.llm is not None \
             else None
@@ -434,12 +437,16 @@ class Pipeline:
                 return "add", None, (f"{reason} — overruled: {n.skill.title} is about "  # SQL
                                      f"{', '.join(sorted(their_tools))}, this about "  # rules
                                      f"{', '.join(sorted(mine_tools))}")  # never go into Python
-            if task_words(theirs) & content_tokens(asked):
+            if task_words(theirs) & content_tokens(asked) and not said_here(
+                    theirs, self.said):
                 # the skill's task is what the user was asking for when they said the rule
                 # ("Make me a running plan" … "my shins can't take more pounding" merged into
                 # "Running training plans"): the word vetoes below, made for rules judged
                 # without their request, do not overrule that (on the read merge scenarios
-                # they turned 5 right merges into adds this way, and stopped 2 wrong ones)
+                # they turned 5 right merges into adds this way, and stopped 2 wrong ones).
+                # Not for a skill this conversation wrote: its task words are in the request
+                # because it was learned from it, so they say nothing of a second task's rule
+                # (read two-task chats: 10 of 26 merged the second task's rule into the first)
                 return "merge", n, f"{reason} (the skill is what was asked for)"
             overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]), theirs.text)
             if n.score < MERGE_FLOOR and overlap < 0.1:  # a merge into an unrelated skill
@@ -587,6 +594,14 @@ def numbered(turns: list[triage.UserTurn]) -> str:
     """``1. …`` per user turn, scrubbed and clipped: what the short scoring prompts (triage,
     keep) read."""
     return "\n".join(f"{i}. {clip(scrub(t.text), 300)}" for i, t in enumerate(turns, 1))
+
+
+def said_here(skill: Candidate, conversation: str) -> bool:
+    """Whether the user's turns of ``conversation`` say most of ``skill``'s rules: a skill
+    learned from this conversation."""
+    said = content_tokens(conversation)
+    return bool(skill.constraints) and sum(
+        coverage(r, said) >= GROUNDING for r in skill.constraints) * 2 >= len(skill.constraints)
 
 
 def named_in_reason(reason: str, shown: list[Neighbour]) -> int | None:

@@ -545,6 +545,26 @@ def test_a_judges_merge_into_the_skill_the_user_was_asking_for_is_not_overruled(
     assert (done.skill.id == plans.id) == (kind == "merge")
 
 
+def test_a_second_tasks_rule_is_not_merged_into_the_skill_this_chat_wrote_for_the_first(
+        tmp_path):
+    bank = SkillBank(tmp_path / "bank")
+    slips = bank.create(Candidate(name="Permission slips", description="Permission slips.",
+                                  constraints=["Put a tear-off reply slip at the bottom"],
+                                  triggers=["write a permission slip"]).to_skill(), "default")
+    said = [U("Write a permission slip for the choir trip to the cathedral."), A("Dear…"),
+            U("Put a tear-off reply slip at the bottom, half of them never come back."),
+            A("Done."), U("Separate thing: shell commands you give me get a short comment "
+                          "above each one.")]
+    model = MergesIntoFirst(["Put a short comment above each shell command"],
+                            name="Shell command comments", triggers=["give me a command"])
+    [done] = [a for a in Pipeline(bank, "default", LLMClient(model)).run(said, "turn")
+              if a.kind in ("add", "merge")]
+    # the request names the slip skill's task only because this chat wrote that skill: the
+    # judge's merge meets the word vetoes, and a shell rule shares no word with permission slips
+    assert "reply slip" in model.judged and done.kind == "add", done.reason
+    assert done.skill.id != slips.id
+
+
 def test_the_skill_a_judges_reason_names_wins_over_a_number_that_points_elsewhere():
     from engine.learning.pipeline import Neighbour, named_in_reason
 
