@@ -64,7 +64,10 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--embedder", default=None, help="embedder name (default: the settings')")
     p.add_argument("--scenarios", help="another scenario file (.jsonl) or set name "
-                                       "('people': conversations written like real users')")
+                                       "('people': conversations written like real users'), "
+                                       "or several, comma-separated")
+    p.add_argument("--kind", help="only scenarios of these kinds (comma-separated: "
+                                  "'merge,contradict', 'two-tasks')")
     p.add_argument("--split", choices=SPLITS,
                    help="only the scenarios of this split (sets that have one; the fresh splits "
                         "are people_fresh*.jsonl, each read by nobody until its one run)")
@@ -229,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.settings import Settings
 
     scenarios = load_scenarios(a.scenarios, a.ids.split(",") if a.ids else None, a.quick,
-                               a.limit, a.split)
+                               a.limit, a.split, a.kind.split(",") if a.kind else None)
     print(f"{len(scenarios)} scenarios ({sum(s['lang'] == 'zh' for s in scenarios)} Chinese), "
           f"replay: {a.mode}, policy: {a.policy}")
     embedder = make_embedder(a.embedder or Settings.load().embedder)

@@ -50,13 +50,19 @@ def scenario_path(path: str | Path | None) -> Path:
 
 def load_scenarios(path: str | Path | None = None, ids: list[str] | None = None,
                    quick: bool = False, limit: int | None = None,
-                   split: str | None = None) -> list[dict[str, Any]]:
+                   split: str | None = None,
+                   kinds: list[str] | None = None) -> list[dict[str, Any]]:
+    """The scenarios of one set, or of several (``path`` "people,people_fresh5"); only
+    ``split``, ``kinds`` ("merge,contradict"), ``ids`` where given."""
     if split and split.startswith("fresh") and path in (None, "people"):
         path = f"people_{split}"  # each fresh set lives in its own file
-    rows = [json.loads(line) for line in scenario_path(path).read_text("utf-8").splitlines()
-            if line.strip()]
+    paths = str(path).split(",") if path is not None and "," in str(path) else [path]
+    rows = [json.loads(line) for p in paths
+            for line in scenario_path(p).read_text("utf-8").splitlines() if line.strip()]
     if split:
         rows = [r for r in rows if r.get("split") == split]
+    if kinds:
+        rows = [r for r in rows if r.get("kind") in kinds]
     if quick:
         rows = [r for r in rows if r["id"] in QUICK]
     if ids:

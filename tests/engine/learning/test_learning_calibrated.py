@@ -335,3 +335,11 @@ def test_the_fresh_sets_load_by_split_and_cover_what_the_issue_names(split):
     for r in rows:  # the oracle can answer every item: its evidence is in the user's words
         said = normalize(" ".join(m["content"] for m in r["messages"] if m["role"] == "user"))
         assert all(normalize(e["evidence"]) in said for e in r["expect"]), r["id"]
+
+
+def test_scenarios_load_from_several_sets_by_kind():
+    from bench.learning_scenarios import load_scenarios
+
+    rows = load_scenarios("people_fresh10,people_fresh11", kinds=["merge", "contradict"])
+    assert {r["split"] for r in rows} == {"fresh10", "fresh11"}
+    assert {r["kind"] for r in rows} == {"merge", "contradict"} and len(rows) == 8
