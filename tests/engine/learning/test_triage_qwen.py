@@ -122,3 +122,24 @@ def test_qwen_learns_nothing_from_a_scoped_tweak_or_a_follow_up_question(pipelin
     actions = pipeline.run(messages, "conversation")
     assert not [a for a in actions if a.kind in ("add", "merge")], \
         [(a.kind, a.reason) for a in actions]
+
+
+def test_qwen_judge_merges_a_follow_up_rule_into_the_skill_of_the_request_it_was_said_for(
+        pipeline):
+    """The judge reads ASKED, the request a rule was said for: "Put the minutes next to each
+    item" names no task, and three look-alike skills are shown; the agenda it was said for
+    decides."""
+    from engine.learning.candidate import Candidate
+    from engine.learning.pipeline import Neighbour
+
+    shown = [Neighbour(Candidate(name=t, description=d).to_skill(), 0.3) for t, d in [
+        ("Newsletters to parents", "How the user wants the monthly newsletter to parents."),
+        ("Meeting agendas", "How the user wants agendas for meetings written."),
+        ("Staff rota messages", "How the user wants the weekly staff rota sent out.")]]
+    rule = Candidate(name="Item timings", description="Minutes next to each item.",
+                     constraints=["Put how many minutes each item takes next to it"])
+    asked = ("Write the agenda for Thursday's evening with the nursery parents: welcome, the "
+             "new garden, fees for next term. / Put how many minutes each item takes next to "
+             "it, people want to know when they can leave.")
+    decision, target, reason = pipeline._judge_llm(rule, shown, asked)
+    assert decision == "merge" and target is shown[1], reason
