@@ -293,7 +293,7 @@ def keeps(rule: str, lexical: bool, keep: Callable[[str], float | None] | None) 
 
 
 # Words of how a rule is said, not of what task it is about ("avoid gluten" and "avoid
-# jumping" share no task): the same-task veto (pipeline.shares_task) and says_already ignore them.
+# jumping" share no task): the same-task veto (judge.shares_task) and says_already ignore them.
 RULE_WORDS = frozenset(content_tokens(
     "avoid avoids prefer prefers preference use uses using always never keep make like likes "
     "want wants write writes give answer answers reply replies respond response user style "

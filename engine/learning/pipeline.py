@@ -1,4 +1,5 @@
-"""The learning pipeline for one conversation: triage → extract → check → judge → merge/add.
+"""The learning pipeline for one conversation: triage → extract → check → judge (:mod:`.judge`)
+→ merge/add.
 
 Every model step validates its JSON; an unusable answer becomes a ``discard`` action with the
 reason, never a crash and never a skill. Deterministic checks (:mod:`.checks`) run after
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +22,14 @@ from engine.errors import Cancelled, ConflictError, SkillDeskError, StructuredOu
 from engine.learning import triage
 from engine.learning.candidate import Candidate
 from engine.learning.checks import (
-    GROUNDING,
     known_already,
     repair_merge,
-    says_already,
-    task_words,
     union,
     vet_candidate,
 )
 from engine.learning.events import Action
-from engine.learning.rules import named_tools, own_sentence, rule_extract
+from engine.learning.judge import Neighbour, judge_llm, judge_rule, skill_text
+from engine.learning.rules import own_sentence, rule_extract
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.text import (
@@ -49,9 +47,6 @@ log = logging.getLogger("skilldesk.learning")
 
 TOP_M = 3  # neighbours shown to the judge
 MERGE_ATTEMPTS = 3  # redo a merge this often when the file keeps changing under us
-RULE_MERGE_SIM = 0.5  # rule judge: topic word overlap with a neighbour that means "same skill"
-RULE_MERGE_SCORE = 0.45  # rule judge: fused hybrid score that means "same skill"
-RULE_FIX_SCORE = 0.3  # the same, for a correction of the last answer
 # Extraction's own first decision, read as a probability like triage's: after '{"skills":'
 # the model writes ' []' (nothing) or a list ('[{"', as in the prompt's examples, or another
 # opening). Below the bar nothing is generated; at or above it the answer must hold a skill.
@@ -71,22 +66,6 @@ EXTRACT_MIN_P = 0.3
 # turn that was not durable reached in triage: fifth round's mean triage over the five read
 # splits, 0.9 (one follow-up question scored 0.89); 8 of 97 durable turns reach it.
 TRIAGE_SURE_P = 0.9
-MERGE_FLOOR = 0.35  # a model's "merge" into a neighbour scoring below this and sharing almost
-#                     no words with the candidate is overruled into an add (dev set: true merge
-#                     targets score 0.49-0.57; a SQL rule "merged" into an email skill: 0.31).
-#                     Still needed beside shares_task: a film-rating rule shares the Chinese
-#                     bigram 推荐 with a travel plan skill (tune, 0.14); it costs one true merge
-#                     (a minutes rule at 0.31, fresh split)
-
-
-@dataclass
-class Neighbour:
-    skill: Skill
-    score: float
-    dense: float | None = None
-    lexical: float | None = None
-
-
 Search = Callable[[str, int], list[Neighbour]]
 
 
@@ -103,10 +82,6 @@ def lexical_search(bank: SkillBank, user: str) -> Search:
         return sorted(hits, key=lambda h: -h.score)[:k]
 
     return search
-
-
-def skill_text(s: Skill) -> str:
-    return "\n".join([s.title or s.name, s.description, s.instructions, *s.triggers])
 
 
 class Pipeline:
@@ -388,9 +363,9 @@ class Pipeline:
         if not same:
             return self.add(c, turn_id, f"no similar {c.level} skill yet")
         if self.policy["judge"] == "llm" and self.llm is not None:
-            decision, target, reason = self._judge_llm(c, same, asked)
+            decision, target, reason = judge_llm(self.llm, c, same, asked, self.said)
         else:
-            decision, target, reason = self._judge_rule(c, same)
+            decision, target, reason = judge_rule(c, same)
         if decision == "add":
             return self.add(c, turn_id, reason)
         if decision == "merge" and target is not None:
@@ -398,101 +373,6 @@ class Pipeline:
             return self.merge(c, target.skill, turn_id, reason)
         return Action("discard", candidate=c, step="judge", reason=reason,
                       skill=target.skill if target else None)
-
-    def _judge_llm(self, c: Candidate, same: list[Neighbour],
-                   asked: str = "") -> tuple[str, Neighbour | None, str]:
-        lines = "\n".join(f"{i}. {Candidate.from_skill(n.skill).summary()}"
-                          for i, n in enumerate(same, 1))
-        try:
-            out = self.llm.structured("judge", candidate=c.summary(), asked=asked or "-",
-                                      neighbours=lines)
-        except StructuredOutputError as exc:
-            return "discard", None, f"judge answer unusable: {clip(str(exc), 160)}"
-        except Cancelled:
-            raise
-        except SkillDeskError as exc:
-            return "discard", None, f"judge failed: {exc}"
-        action, target = out["action"], int(out.get("target") or 0)
-        reason = f"judge: {out.get('reason', '')}".strip()
-        if action == "merge":
-            if not 1 <= target <= len(same):
-                # it meant "merge" but named a skill it was not shown: it may only pick among
-                # those it saw — the only one, or the nearest when that is clearly the same
-                # task; otherwise the rule is kept as a skill of its own rather than dropped
-                if len(same) == 1 or same[0].score >= RULE_MERGE_SCORE:
-                    reason += f" (it named skill #{target}, which it was not shown: the " \
-                              "nearest skill it was shown is used)"
-                    target = 1
-                else:
-                    return "add", None, (f"{reason} — it named skill #{target}, which it was "
-                                         "not shown, and none shown is clearly the same task")
-            named = named_in_reason(out.get("reason", ""), same)
-            if named is not None and named != target:
-                reason += f" (its reason names skill #{named}, not #{target}: #{named} is used)"
-                target = named
-            n = same[target - 1]
-            theirs = Candidate.from_skill(n.skill)
-            mine_tools, their_tools = named_tools(c.text), named_tools(theirs.text)
-            if mine_tools and their_tools and mine_tools.isdisjoint(their_tools):
-                return "add", None, (f"{reason} — overruled: {n.skill.title} is about "  # SQL
-                                     f"{', '.join(sorted(their_tools))}, this about "  # rules
-                                     f"{', '.join(sorted(mine_tools))}")  # never go into Python
-            if task_words(theirs) & content_tokens(asked) and not said_here(
-                    theirs, self.said):
-                # the skill's task is what the user was asking for when they said the rule
-                # ("Make me a running plan" … "my shins can't take more pounding" merged into
-                # "Running training plans"): the word vetoes below, made for rules judged
-                # without their request, do not overrule that (on the read merge scenarios
-                # they turned 5 right merges into adds this way, and stopped 2 wrong ones).
-                # Not for a skill this conversation wrote: its task words are in the request
-                # because it was learned from it, so they say nothing of a second task's rule
-                # (read two-task chats: 10 of 26 merged the second task's rule into the first)
-                return "merge", n, f"{reason} (the skill is what was asked for)"
-            overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]), theirs.text)
-            if n.score < MERGE_FLOOR and overlap < 0.1:  # a merge into an unrelated skill
-                return "add", None, (f"{reason} — overruled: {n.skill.title} is unrelated "
-                                     f"(score {n.score:.2f})")
-            if not shares_task(c, n.skill):
-                return "add", None, (f"{reason} — overruled: {n.skill.title} shares no word "
-                                     "with this skill's task")
-            return "merge", n, reason
-        if action == "discard":
-            # "skill N already says it" (no skill named: the nearest shown) stands only where
-            # that skill says the rule; otherwise the discard is the judge's own view that the
-            # rule is not worth keeping ("discount codes are not a task"), which triage,
-            # extraction and the checks already decided — or a misreading: on 25 PrefEval
-            # preferences (dev items 0..24) Qwen2.5-1.5B discarded 8 beside a one-skill bank
-            # about humid places, with reasons such as "gambling is a different skill"
-            n = same[target - 1] if 1 <= target <= len(same) else same[0]
-            if says_already(c, Candidate.from_skill(n.skill)):
-                return "discard", n, reason
-            return "add", None, (f"{reason} — overruled: {n.skill.title} does not say "
-                                 "this rule")
-        return action, None, reason
-
-    def _judge_rule(self, c: Candidate, same: list[Neighbour]) -> tuple[str, Neighbour | None, str]:
-        """Merge into the neighbour that is clearly about the same thing, else add.
-
-        "Clearly": a fused hybrid score of at least RULE_MERGE_SCORE (on the scenario set,
-        corrections of a seeded skill score 0.49–0.57 against it, unrelated skills ≤ 0.37), or
-        a word overlap of the candidate's topic with the skill of at least RULE_MERGE_SIM.
-        A correction of the last answer ("Actually, also…") is about the task in play, so its
-        best neighbour needs only RULE_FIX_SCORE.
-        """
-        topic = content_tokens("\n".join([c.name, c.description, *c.triggers, *c.tags]))
-        best, best_key, why = None, 0.0, ""
-        for n in same:
-            s = n.skill
-            lex = max(coverage(topic, skill_text(s)),
-                      jaccard("\n".join(c.constraints), Candidate.from_skill(s).text))
-            bar = RULE_FIX_SCORE if c.fixing and n is same[0] else RULE_MERGE_SCORE
-            if (n.score >= bar or lex >= RULE_MERGE_SIM) and n.score + lex > best_key:
-                best, best_key = n, n.score + lex
-                why = f"score {n.score:.2f}, overlap {lex:.2f}"
-        if best is not None:
-            return "merge", best, f"rule: same topic as {best.skill.title} ({why})"
-        top = max(same, key=lambda n: n.score)
-        return "add", None, f"rule: no skill on this topic (best score {top.score:.2f})"
 
     # ------------------------------------------------------------------------------ write
     def add(self, c: Candidate, turn_id: str | None, reason: str) -> Action:
@@ -594,44 +474,6 @@ def numbered(turns: list[triage.UserTurn]) -> str:
     """``1. …`` per user turn, scrubbed and clipped: what the short scoring prompts (triage,
     keep) read."""
     return "\n".join(f"{i}. {clip(scrub(t.text), 300)}" for i, t in enumerate(turns, 1))
-
-
-def said_here(skill: Candidate, conversation: str) -> bool:
-    """Whether the user's turns of ``conversation`` say most of ``skill``'s rules: a skill
-    learned from this conversation."""
-    said = content_tokens(conversation)
-    return bool(skill.constraints) and sum(
-        coverage(r, said) >= GROUNDING for r in skill.constraints) * 2 >= len(skill.constraints)
-
-
-def named_in_reason(reason: str, shown: list[Neighbour]) -> int | None:
-    """The number of the one shown skill whose whole title the judge's reason names ("same
-    task (client case updates)"), or None. Qwen2.5-Coder-1.5B writes the number before the
-    reason and often names one skill while numbering another (read merge scenarios: 4 of 45
-    judgements, each then merged into a look-alike or overruled); its reason is the better
-    read of what it meant."""
-    said = content_tokens(reason)
-    full = [i for i, n in enumerate(shown, 1)
-            if (title := content_tokens(n.skill.title or n.skill.name)) and title <= said]
-    return full[0] if len(full) == 1 else None
-
-
-def shares_task(c: Candidate, target: Skill) -> bool:
-    """Whether a candidate and a skill can be about the same task: a task word of either
-    (:func:`~engine.learning.checks.task_words`: name, triggers, tags) occurs somewhere in the
-    other.
-
-    A veto on the judge's "merge", independent of retrieval scores: with one skill in the bank
-    its fused score is high whatever it says, and Qwen2.5-1.5B merged all 9 PrefEval
-    preferences it wrote (diet, learning style, travel…) into one workout skill. The skill's
-    description stopped counting as task words in the seventh round (a low-FODMAP diet merged
-    into a skill about humid places through "high"); on labelled pairs of the read scenario
-    splits and PrefEval dev preferences it said "same task" to right targets 19/38 with or
-    without it, look-alikes 11/70 → 8/70, other-topic preferences 15/39 → 6/39, two-task
-    pairs 6/36 either way."""
-    theirs = Candidate.from_skill(target)
-    return bool(task_words(c) & content_tokens(theirs.text)
-                or task_words(theirs) & content_tokens(c.text))
 
 
 def _same_rules(a: Candidate, b: Candidate) -> bool:

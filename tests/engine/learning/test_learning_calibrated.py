@@ -15,7 +15,8 @@ from engine.bank.store import SkillBank
 from engine.learning import Pipeline
 from engine.learning import triage as gate
 from engine.learning.candidate import Candidate
-from engine.learning.pipeline import TRIAGE_SURE_P, Neighbour, shares_task
+from engine.learning.judge import Neighbour, shares_task
+from engine.learning.pipeline import TRIAGE_SURE_P
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
 from tests.support import A, FixedExtract, U

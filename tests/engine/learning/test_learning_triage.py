@@ -566,7 +566,7 @@ def test_a_second_tasks_rule_is_not_merged_into_the_skill_this_chat_wrote_for_th
 
 
 def test_the_skill_a_judges_reason_names_wins_over_a_number_that_points_elsewhere():
-    from engine.learning.pipeline import Neighbour, named_in_reason
+    from engine.learning.judge import Neighbour, named_in_reason
 
     shown = [Neighbour(Candidate(name=t, description=t).to_skill(), 0.5)
              for t in ("Demand letters", "Client case updates", "Court filings")]

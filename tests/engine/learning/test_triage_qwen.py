@@ -130,7 +130,7 @@ def test_qwen_judge_merges_a_follow_up_rule_into_the_skill_of_the_request_it_was
     item" names no task, and three look-alike skills are shown; the agenda it was said for
     decides."""
     from engine.learning.candidate import Candidate
-    from engine.learning.pipeline import Neighbour
+    from engine.learning.judge import Neighbour, judge_llm
 
     shown = [Neighbour(Candidate(name=t, description=d).to_skill(), 0.3) for t, d in [
         ("Newsletters to parents", "How the user wants the monthly newsletter to parents."),
@@ -141,5 +141,5 @@ def test_qwen_judge_merges_a_follow_up_rule_into_the_skill_of_the_request_it_was
     asked = ("Write the agenda for Thursday's evening with the nursery parents: welcome, the "
              "new garden, fees for next term. / Put how many minutes each item takes next to "
              "it, people want to know when they can leave.")
-    decision, target, reason = pipeline._judge_llm(rule, shown, asked)
+    decision, target, reason = judge_llm(pipeline.llm, rule, shown, asked)
     assert decision == "merge" and target is shown[1], reason
