@@ -502,12 +502,25 @@ class MergesIntoFirst(StatedConstraint):
         return super().structured(messages, schema, params, cancel)
 
 
+def one_skill_bank(tmp_path, name: str, rule: str, trigger: str):
+    """A bank holding one skill of the user's (a skill from before the conversation)."""
+    bank = SkillBank(tmp_path / "bank")
+    skill = bank.create(Candidate(name=name, description=f"{name}.", constraints=[rule],
+                                  triggers=[trigger]).to_skill(), "default")
+    return bank, skill
+
+
+def written(bank, said, model):
+    """The one add or merge learning writes from ``said`` on the scripted ``model``."""
+    [done] = [a for a in Pipeline(bank, "default", LLMClient(model)).run(said, "turn")
+              if a.kind in ("add", "merge")]
+    return done
+
+
 def test_triggers_a_merge_adds_lose_the_requests_topic_and_the_judge_reads_the_request(
         tmp_path):
-    bank = SkillBank(tmp_path / "bank")
-    menu = bank.create(Candidate(name="Menu descriptions", description="Dishes on the menu.",
-                                 constraints=["Describe each dish in one sentence"],
-                                 triggers=["write menu descriptions"]).to_skill(), "default")
+    bank, menu = one_skill_bank(tmp_path, "Menu descriptions",
+                                "Describe each dish in one sentence", "write menu descriptions")
     said = [U("Write menu descriptions for our autumn dishes: pumpkin risotto and lamb "
               "shoulder."), A("Pumpkin risotto: …"),
             U("Put the allergens in brackets after each dish, like (milk, gluten).")]
@@ -515,9 +528,8 @@ def test_triggers_a_merge_adds_lose_the_requests_topic_and_the_judge_reads_the_r
                             name="Menu allergens",
                             triggers=["write menu descriptions for pumpkin risotto",
                                       "list allergens after each dish"])
-    [merge] = [a for a in Pipeline(bank, "default", LLMClient(model)).run(said, "turn")
-               if a.kind == "merge"]
-    assert merge.skill.id == menu.id and "allergens" in merge.skill.instructions
+    merge = written(bank, said, model)
+    assert merge.kind == "merge" and merge.skill.id == menu.id and "allergens" in merge.skill.instructions
     # the judge was told what the user was asking for when they said the rule
     assert "ASKED: Write menu descriptions for our autumn dishes" in model.judged
     # what the merge adds loses "pumpkin", "risotto", "autumn": this request's topic
@@ -530,35 +542,30 @@ def test_triggers_a_merge_adds_lose_the_requests_topic_and_the_judge_reads_the_r
     ("Write a thank-you card for my physio.", "add")])  # another task: the vetoes stand
 def test_a_judges_merge_into_the_skill_the_user_was_asking_for_is_not_overruled(
         tmp_path, request_turn, kind):
-    bank = SkillBank(tmp_path / "bank")
-    plans = bank.create(Candidate(name="Running training plans", description="Training plans.",
-                                  constraints=["Give each week a long run"],
-                                  triggers=["make a running plan"]).to_skill(), "default")
+    bank, plans = one_skill_bank(tmp_path, "Running training plans",
+                                 "Give each week a long run", "make a running plan")
     said = [U(request_turn), A("Here it is…"),
             U("My shins can't take more pounding, so put swimming or cycling on two days.")]
     # the name shares no word with the skill's name, triggers or tags: "shares no task word"
     model = MergesIntoFirst(["Put swimming or cycling on two days"],
                             name="Low-impact days", triggers=["low-impact exercise"])
-    [done] = [a for a in Pipeline(bank, "default", LLMClient(model)).run(said, "turn")
-              if a.kind in ("add", "merge")]
+    done = written(bank, said, model)
     assert done.kind == kind, done.reason
     assert (done.skill.id == plans.id) == (kind == "merge")
 
 
 def test_a_second_tasks_rule_is_not_merged_into_the_skill_this_chat_wrote_for_the_first(
         tmp_path):
-    bank = SkillBank(tmp_path / "bank")
-    slips = bank.create(Candidate(name="Permission slips", description="Permission slips.",
-                                  constraints=["Put a tear-off reply slip at the bottom"],
-                                  triggers=["write a permission slip"]).to_skill(), "default")
+    bank, slips = one_skill_bank(tmp_path, "Permission slips",
+                                 "Put a tear-off reply slip at the bottom",
+                                 "write a permission slip")
     said = [U("Write a permission slip for the choir trip to the cathedral."), A("Dear…"),
             U("Put a tear-off reply slip at the bottom, half of them never come back."),
             A("Done."), U("Separate thing: shell commands you give me get a short comment "
                           "above each one.")]
     model = MergesIntoFirst(["Put a short comment above each shell command"],
                             name="Shell command comments", triggers=["give me a command"])
-    [done] = [a for a in Pipeline(bank, "default", LLMClient(model)).run(said, "turn")
-              if a.kind in ("add", "merge")]
+    done = written(bank, said, model)
     # the request names the slip skill's task only because this chat wrote that skill: the
     # judge's merge meets the word vetoes, and a shell rule shares no word with permission slips
     assert "reply slip" in model.judged and done.kind == "add", done.reason
