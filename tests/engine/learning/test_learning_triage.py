@@ -196,6 +196,15 @@ def test_a_chinese_name_loses_the_requests_topic_not_its_meaning():
     assert c.name == short_name("上联和下联字数相同")
 
 
+def test_an_english_name_less_its_topic_neither_starts_nor_ends_on_a_function_word():
+    turns = ["What's the difference between a lasting power of attorney and a deputyship?",
+             "For power of attorney questions, always say which form costs more to register."]
+    c = Candidate(name="Deputyship and power of attorney costs", description="Costs.",
+                  constraints=["For power of attorney, say which form costs more to register"])
+    generalize(c, turns)
+    assert c.name == "power of attorney costs"  # not "and power of attorney costs"
+
+
 def test_case_details_are_found_per_sentence_when_one_message_holds_request_and_rule():
     # the request and the rule in one message, the rule reworded by the model
     turns = ["Which hotel in Porto should I book for the Friday gig? I can't do stairs, "
