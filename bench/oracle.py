@@ -26,7 +26,7 @@ from typing import Any
 
 from engine.errors import Cancelled
 from engine.llm.base import CancelToken, ChatResult, GenParams, Message, Usage
-from engine.text import normalize
+from engine.text import coverage, normalize
 
 _NUMBERED = re.compile(r"^(\d+)\.\s+(.+?)\s*\|", re.M)
 
@@ -157,10 +157,14 @@ class OracleLLM:
         existing = {normalize(name): int(i) for i, name in _NUMBERED.findall(new[-1])}
         named = [e for e in self.expect
                  if normalize(e.get("name") or e.get("into") or "") == cand_name]
-        says = [e for e in self.expect if e.get("constraints")  # the checks may rename it
-                and normalize(e["constraints"][0])[:40] in cand_rules]
-        item = next((e for e in named if e in says), None)
-        item = item or (named[0] if named else None) or (says[0] if says else None)
+        # the item whose rule the candidate says (the checks may rename it and reword its
+        # rules in the user's words): most of the item's first rule's words are there
+        said = {id(e): coverage(e["constraints"][0], cand_rules)
+                for e in self.expect if e.get("constraints")}
+        says = sorted((e for e in self.expect if said.get(id(e), 0.0) >= 0.5),
+                      key=lambda e: -said[id(e)])
+        item = next((e for e in says if e in named), None)
+        item = item or (says[0] if says else None) or (named[0] if named else None)
         if item is None:
             return {"action": "discard", "target": 0, "reason": "not in the script"}
         if item.get("outcome") == "merge":
