@@ -152,8 +152,8 @@ class Window:
     context: str = ""  # the assistant reply before the newest turn (context, never evidence)
     cues: list[str] = field(default_factory=list)
     assistant_text: str = ""  # every assistant reply in the window's span (for junk checks)
-    focus: int = 0  # turns before this index are context, not evidence (the model's triage
-    #                 judged the newest turn alone; earlier requests are what it was about)
+    focus: int = 0  # turns before this index are context, not evidence (a chat turn is
+    #                 judged alone; earlier requests are what it was about)
 
     @property
     def user_text(self) -> str:
@@ -238,10 +238,13 @@ def windows(messages: list[dict], mode: str = "turn",
     for seg in segs:
         seg = seg[-MAX_WINDOW_TURNS:]
         cues = _cues(seg, newest_only=(mode == "turn"))
-        focus = 0
         if not cues:
             cues = _decided(seg, mode, decide)
-            focus = len(seg) - 1 if mode == "turn" else 0
+        # a chat turn is the evidence, the segment's earlier requests only say what it was
+        # about, however the turn passed triage; a format asked for again is said in several
+        # turns, so they all are evidence
+        focus = len(seg) - 1 if mode == "turn" and not any(
+            c.startswith("repeated:") for c in cues) else 0
         if not cues:
             continue
         first, last = seg[0].index, seg[-1].index

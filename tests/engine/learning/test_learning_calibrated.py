@@ -187,9 +187,14 @@ def test_extraction_reads_the_triaged_turn_as_evidence_and_earlier_requests_as_c
     evidence = prompt.split("User messages:", 1)[1]
     assert "1. Let's make this fun" in evidence and "mortgage" not in evidence
     assert "Earlier user messages" in prompt and "Explain what a mortgage is." in prompt
-    # a cue word fast-tracks the window: every turn of it stays evidence
+    # a cue word fast-tracks the window, and still only its newest turn is evidence (the
+    # request before a rule is what a small model would make a skill of)...
     fast = gate.windows([U("Summarize this."), A("..."), U("From now on, use bullets.")], "turn")
-    assert fast[0].focus == 0
+    assert fast[0].cues and fast[0].focus == 1
+    # ...but a format asked for again is said in every turn that asked for it
+    again = gate.windows([U("Summarize this in bullets."), A("..."),
+                          U("Now this one, in bullets too.")], "turn")
+    assert again[0].cues == ["repeated:bullets"] and again[0].focus == 0
 
 
 class ExtractScored(OracleLLM):
