@@ -106,6 +106,24 @@ def clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
+_NEGATION = frozenset("no not never don't without nothing none".split())
+
+
+def trim_words(words: list[str], *, lead: bool = True) -> list[str]:
+    """``words`` without the function words they end on, and with ``lead`` start on (a
+    title left "and power of attorney" once its topic went, or "Avoid words like or" once its
+    quotes went); a negation ("No bananas") is never trimmed."""
+    def bare(w: str) -> bool:
+        return not content_tokens(w) and w.lower().strip(".,;:!?'\"") not in _NEGATION
+
+    lo, hi = 0, len(words)
+    while lead and lo < hi and bare(words[lo]):
+        lo += 1
+    while hi > lo and bare(words[hi - 1]):
+        hi -= 1
+    return words[lo:hi]
+
+
 def dedupe(items: list[str], *, threshold: float = 0.85) -> list[str]:
     """Items in order without (near-)duplicates; the first spelling wins."""
     out: list[str] = []

@@ -26,6 +26,7 @@ from engine.text import (
     jaccard,
     language,
     normalize,
+    trim_words,
 )
 
 MIN_CONFIDENCE = 0.5
@@ -175,12 +176,7 @@ def _without_topic(name: str, topic: set[str]) -> str:
     the characters of its bigrams ("律师函回复期限" less 律师/师函 is "回复期限") and keeps two
     characters at least, never a clipped clause of a sentence."""
     if language(name) == "en":
-        words = [w for w in name.split() if not _carries(w, topic)]
-        while words and not content_tokens(words[0]):  # "and power of attorney"
-            words.pop(0)
-        while words and not content_tokens(words[-1]):
-            words.pop()
-        rest = " ".join(words)
+        rest = " ".join(trim_words([w for w in name.split() if not _carries(w, topic)]))
         return rest if len(content_tokens(rest)) >= 2 and not _is_generic(rest) else ""
     cut = set()
     for i in range(len(name) - 1):

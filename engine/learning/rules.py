@@ -15,7 +15,7 @@ import re
 
 from engine.learning.candidate import Candidate
 from engine.learning.triage import Window
-from engine.text import ZH_STOP, clip, content_tokens, language, normalize, scrub
+from engine.text import ZH_STOP, clip, content_tokens, language, normalize, scrub, trim_words
 
 # A cue about the future makes a rule even inside a question ("could you do X from now on?").
 _FUTURE = re.compile(
@@ -139,7 +139,7 @@ def short_name(rule: str) -> str:
     content words (English) or eight characters (Chinese), without quoted text."""
     rule = _QUOTED.sub(" ", rule)
     rule = re.sub(r"\bshould (always )?(be )?", lambda m: "are " if m[2] else "", rule, count=1)
-    first = re.split(r"[，,。：:；;()（）]", rule, maxsplit=1)[0].strip() or rule
+    first = re.split(r"[，,。：:；()（）]|;(?!\w)", rule, maxsplit=1)[0].strip() or rule
     first = _COND.sub("", first).strip() or first  # "Whenever you write X" → "write X"
     first = re.sub(r"\s+for (me|us)$", "", first, flags=re.I)
     if language(first) == "zh":
@@ -150,7 +150,7 @@ def short_name(rule: str) -> str:
             break
         out.append(w)
         n += bool(content_tokens(w))
-    name = " ".join(out).rstrip(",;:.!")
+    name = " ".join(trim_words(out, lead=False)).rstrip(",;:.!")
     return name[:1].upper() + name[1:] if name else clip(rule, 32)
 
 

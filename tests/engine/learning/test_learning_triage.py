@@ -270,6 +270,11 @@ def test_the_rule_fallback_never_names_a_skill_with_a_raw_sentence():
                       U(rule)], "conversation")
     [c] = rule_extract(w[-1])
     assert all("atlas" not in t.lower() and "4.2" not in t for t in c.triggers)
+    # nor with a fragment its quotes or a "TL;DR" cut short (a read split's run: "Avoid words like
+    # or" for "Avoid words like 'struggles' or 'weak'")
+    assert short_name("Avoid words like 'struggles' or 'weak'") == "Avoid words"
+    assert short_name("Start every summary with a TL;DR") == "Start every summary with a TL;DR"
+    assert short_name("No bananas, potatoes, tomatoes or oranges") == "No bananas"
 
 
 # ------------------------------------------------------------------------------ merges
