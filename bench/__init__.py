@@ -12,7 +12,8 @@ from types import ModuleType
 
 from engine.errors import NotFoundError
 
-BENCHES = ["chat", "retrieval", "evolution", "triage", "prefeval", "bank", "proxy", "skillx", "fuzz"]
+BENCHES = ["chat", "retrieval", "evolution", "triage", "replace", "prefeval", "bank", "proxy",
+           "skillx", "fuzz"]
 
 
 def load(name: str) -> ModuleType:

@@ -45,6 +45,9 @@ class Candidate:
     # Finding, judging and merging use ``triggers``, whose task words tie a rule to the skill
     # it belongs to
     topic: frozenset[str] = frozenset()
+    # the user's message it came from: a merge asks the model whether it replaces a rule the
+    # skill had (:meth:`Pipeline.replace_score`)
+    said: str = ""
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Candidate:

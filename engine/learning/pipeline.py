@@ -66,6 +66,9 @@ EXTRACT_MIN_P = 0.3
 # turn that was not durable reached in triage: fifth round's mean triage over the five read
 # splits, 0.9 (one follow-up question scored 0.89); 8 of 97 durable turns reach it.
 TRIAGE_SURE_P = 0.9
+# A merge drops a rule the skill had when the model's P(the user's new message means it must
+# no longer be followed) reaches this (``replace.md``; `skilldesk bench replace`).
+REPLACE_MIN_P = 0.7
 Search = Callable[[str, int], list[Neighbour]]
 
 
@@ -124,6 +127,7 @@ class Pipeline:
             keep = self.keeper(w)
             for c in candidates:
                 c.fixing = fixing
+                c.said = clip("\n".join(texts[w.focus:]), 600)
                 said = list(c.constraints)
                 why = vet_candidate(c, w.user_text, w.assistant_text, texts, context=earlier)
                 if why and why.startswith("no rule grounded"):
@@ -165,6 +169,7 @@ class Pipeline:
                 # hold what it missed (never anything the user did not say)
                 for c in rule_extract(w):
                     c.fixing = fixing
+                    c.said = clip("\n".join(texts[w.focus:]), 600)
                     if vet_candidate(c, w.user_text, w.assistant_text, texts,
                                      context=earlier) is None:
                         vetted.append(c)
@@ -397,6 +402,7 @@ class Pipeline:
                                   reason=f"merge answer unusable: {clip(str(exc), 160)}")
                 merged = Candidate.from_json({**out, "name": ex.name, "level": ex.level})
                 notes += repair_merge(merged, ex, c, [str(x) for x in out.get("replaced") or []])
+                notes += self.drop_replaced(merged, ex, c)
             else:
                 merged = union(ex, c)
             # triggers the merge adds lose the request's topic, as a new skill's do (fresh11:
@@ -430,6 +436,39 @@ class Pipeline:
                           previous_version=self.bank.effective_version(existing), notes=notes)
         return Action("error", skill=target, candidate=c, step="merge",
                       reason=f"{target.title} kept changing on disk; the merge was not written")
+
+    def drop_replaced(self, merged: Candidate, existing: Candidate, c: Candidate) -> list[str]:
+        """Drop from ``merged`` the rules of ``existing`` that the user's new message says must
+        no longer be followed ("We've switched to pocket money" for "A reward star for each
+        chore"): the model's P(yes) on ``replace.md`` per old rule still there, against
+        :data:`REPLACE_MIN_P` — the merge prompt's own ``replaced`` list named almost none
+        (read contradiction scenarios: the old rule stayed in 14 of 15). Only where token
+        probabilities can be read; the old wording stays in the skill's history."""
+        if not c.said or not self.llm.scores_tokens:
+            return []
+        notes = []
+        for old in [r for r in existing.constraints if r in merged.constraints
+                    and r not in c.constraints]:
+            p = self.replace_score(c.said, old)
+            if p is not None and p >= REPLACE_MIN_P and len(merged.constraints) > 1:
+                merged.constraints.remove(old)
+                notes.append(f"replaced rule {clip(old, 60)!r}: the user's new message "
+                             f"replaces it (P {p:.2f}; the old wording is in the history)")
+        return notes
+
+    def replace_score(self, said: str, rule: str) -> float | None:
+        """P(what the user ``said`` means ``rule`` must no longer be followed), read after
+        ``{"replaces": "`` of ``replace.md`` (one forward pass; the message comes first, so the
+        rules of one skill share the prompt's prefix). None when unusable."""
+        self.checkpoint()
+        try:
+            return self.llm.choice("replace", "replaces", said=clip(said, 600),
+                                   rule=clip(rule, 200))["yes"]
+        except Cancelled:
+            raise
+        except (SkillDeskError, ValueError, KeyError) as exc:
+            log.info("evolution: replace score unavailable (%s)", exc)
+            return None
 
     def _refresh(self, skill: Skill) -> None:
         try:

@@ -349,3 +349,62 @@ def test_scenarios_load_from_several_sets_by_kind():
     rows = load_scenarios("people_fresh10,people_fresh11", kinds=["merge", "contradict"])
     assert {r["split"] for r in rows} == {"fresh10", "fresh11"}
     assert {r["kind"] for r in rows} == {"merge", "contradict"} and len(rows) == 8
+
+
+class ReplaceScored(OracleLLM):
+    """An oracle that reads the replace check's answer as a probability: P(yes) is ``p`` for
+    a saved rule holding ``word``, 0.05 for any other."""
+
+    def __init__(self, word: str, p: float):
+        super().__init__({"expect": []})
+        self.word, self.p, self.asked = word, p, []
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        assert prefix == '{"replaces": "' and set(options) == {"yes", "no"}
+        rule = messages[-1]["content"].rsplit("Saved rule:", 1)[1]
+        self.asked.append(rule.strip())
+        yes = self.p if self.word in rule else 0.05
+        return {"yes": math.log(yes), "no": math.log(1 - yes)}
+
+
+@pytest.mark.parametrize("p,dropped", [(0.9, True), (0.2, False)])
+def test_a_merge_drops_the_old_rule_the_users_new_message_replaces(tmp_path, p, dropped):
+    bank = SkillBank(tmp_path / "bank")
+    chart = bank.create(Candidate(name="Chore charts", description="Chore charts.",
+                                  constraints=["One column per child",
+                                               "A reward star for each chore done"],
+                                  triggers=["make a chore chart"]).to_skill(), "default")
+    new = Candidate(name="Chore charts", description="Pay per chore.",
+                    constraints=["Next to each chore, show what it pays"],
+                    said="The stars stopped working. We've switched to pocket money, so next "
+                         "to each chore put what it pays instead.")
+    llm = ReplaceScored("star", p)
+    pipe = Pipeline(bank, "default", LLMClient(llm))
+    pipe.checkpoint = lambda: None
+    done = pipe.merge(new, chart, None, "same task")
+    body = bank.read(done.skill.path).instructions
+    assert "what it pays" in body and "One column per child" in body
+    assert ("reward star" in body) is not dropped
+    # every old rule was asked about, never the new one
+    assert sorted(llm.asked) == ["A reward star for each chore done", "One column per child"]
+    assert any("replaced rule" in n for n in done.notes) is dropped
+    assert done.previous_version  # the old wording is one undo away
+
+
+def test_bench_replace_labels_the_contradicted_rule_and_tabulates_bars():
+    from bench.replace import auc, pairs
+    from bench.replace import table as replace_table
+
+    sc = {"id": "x", "bank": [{"name": "Chore charts",
+                               "constraints": ["One column per child", "A star per chore"]}],
+          "messages": [U("Make the chart."), A("…"), U("We've switched to pocket money.")],
+          "expect": [{"outcome": "merge", "into": "Chore charts", "evidence": "pocket money",
+                      "absent": ["star"]}]}
+    rows = pairs([sc])
+    assert [(r["rule"], r["replaced"]) for r in rows] == [("One column per child", False),
+                                                          ("A star per chore", True)]
+    assert all(r["said"] == "We've switched to pocket money." for r in rows)
+    rows[0]["p"], rows[1]["p"] = 0.4, 0.8
+    assert auc(rows) == 1.0
+    text = replace_table(rows, bars=(0.5, 0.9))
+    assert "0.5      1/1              0/1" in text and "0.9      0/1              0/1" in text

@@ -124,6 +124,35 @@ def test_qwen_learns_nothing_from_a_scoped_tweak_or_a_follow_up_question(pipelin
         [(a.kind, a.reason) for a in actions]
 
 
+def test_qwen_learns_the_rule_a_cue_word_fast_tracked_not_the_request_before_it(
+        pipeline, tmp_path):
+    """A chat turn a cue word ("wrong") let through is the extraction's evidence alone and
+    the request before it context: numbered as evidence, the long request was what Qwen-1.5B
+    made the skill of ("Referral to Rheumatology" with "Specify the patient's age, symptoms,
+    and medications" on a read split), and its rules were dropped as ungrounded."""
+    from engine.learning import triage
+
+    messages = [
+        {"role": "user", "content": "Write a complaint to the letting agent for flat 4: the "
+                                    "boiler has failed three times since October and the "
+                                    "engineer they sent never came back."},
+        {"role": "assistant", "content": "Dear Sir or Madam, I am writing about the boiler in "
+                                         "flat 4, which has failed three times since October…"},
+        {"role": "user", "content": "You buried the point, that's the wrong order. Put what I "
+                                    "want them to do and by when in the first line, before any "
+                                    "of the history."}]
+    [w] = triage.windows(messages, "turn")
+    assert w.cues and not any(c.startswith("model:") for c in w.cues) and w.focus == 1
+    learner = Pipeline(SkillBank(tmp_path), "default", pipeline.llm)
+    actions = learner.run(messages, "turn")
+    added = [a.skill for a in actions if a.kind == "add"]
+    assert added, [(a.kind, a.reason) for a in actions]
+    # a skill of the rule ("Put what the user wants first"), none of the complaint
+    assert any("first" in s.instructions.lower() for s in added)
+    assert not any(w in (s.display_name + s.instructions).lower()
+                   for s in added for w in ("boiler", "flat 4", "october"))
+
+
 def test_qwen_judge_merges_a_follow_up_rule_into_the_skill_of_the_request_it_was_said_for(
         pipeline):
     """The judge reads ASKED, the request a rule was said for: "Put the minutes next to each
@@ -143,3 +172,17 @@ def test_qwen_judge_merges_a_follow_up_rule_into_the_skill_of_the_request_it_was
              "it, people want to know when they can leave.")
     decision, target, reason = judge_llm(pipeline.llm, rule, shown, asked)
     assert decision == "merge" and target is shown[1], reason
+
+
+def test_qwen_replace_check_ranks_the_contradicted_rule_above_the_ones_that_stand(pipeline):
+    """The replace check (replace.md) on the recommended model: the saved rule the user's new
+    message takes back scores above the bar (REPLACE_MIN_P, fitted on the read tune splits,
+    `skilldesk bench replace`), the rules it leaves standing below."""
+    from engine.learning.pipeline import REPLACE_MIN_P
+
+    said = ("Nobody reads the long version on their phone. From now on send the minutes as "
+            "five bullet points instead of full paragraphs.")
+    gone = pipeline.replace_score(said, "Write the minutes as full paragraphs")
+    stays = [pipeline.replace_score(said, r) for r in
+             ("List who attended at the top", "Put the action items last")]
+    assert gone >= REPLACE_MIN_P and all(p < REPLACE_MIN_P for p in stays), (gone, stays)
