@@ -78,6 +78,19 @@ def _copied_from_assistant(rule: str, user_toks: set[str], assistant: str) -> bo
     return coverage(toks, assistant) >= 0.8 and coverage(toks, user_toks) < GROUNDING
 
 
+def restates_context(rule: str, evidence: str) -> bool:
+    """The rule says (almost) nothing of the evidence turns: under a third of its words
+    (Chinese: characters) are there, so it came from the earlier request the evidence was about
+    ("Understand the difference between a lasting power of attorney and a deputyship" after a
+    follow-up question; "Follow the proper form" for "add the easier version"). The
+    extraction prompt shows those requests as context, never as evidence."""
+    toks = content_tokens(rule)
+    if language(rule) == "zh":
+        chars = {ch for ch in normalize(rule) if "\u4e00" <= ch <= "\u9fff" and ch not in ZH_STOP}
+        return len(chars) >= 3 and len(chars & set(normalize(evidence))) / len(chars) < 0.3
+    return bool(toks) and coverage(toks, content_tokens(evidence)) < 0.3
+
+
 def grounded(rule: str, user_toks: set[str], user_text: str) -> bool:
     """Most of the rule's words come from the user's messages. Chinese paraphrases reorder
     characters ("风险一栏必须有" for "要加上风险一栏"), so Chinese rules count characters.
@@ -230,19 +243,23 @@ def generalize(c: Candidate, turns: list[str]) -> list[str]:
 def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
                   turns: list[str] | None = None,
                   keep: Callable[[str], float | None] | None = None,
-                  context: Sequence[str] = ()) -> str | None:
+                  context: Sequence[str] = (), evidence: str | None = None) -> str | None:
     """Clean ``c`` in place; return why it must be discarded, or None when it may be used.
     ``turns`` (the user's messages one by one) lets :func:`generalize` find the instance;
     ``context`` (the requests just before them) is read for the instance only.
     ``keep(rule)`` is the model's probability that the user asked for the rule to last
-    (:meth:`Pipeline.keep_score`): it can keep a rule word overlap would drop (:func:`keeps`)."""
+    (:meth:`Pipeline.keep_score`): it can keep a rule word overlap would drop (:func:`keeps`).
+    ``evidence`` (the turns the model was asked about, where ``user_text`` also holds the
+    requests before them) drops a rule that only restates those requests
+    (:func:`restates_context`)."""
     user_toks = content_tokens(user_text)
     kept, dropped, once = [], [], []
     for rule in c.constraints:
         # a question is a request, never a rule (Qwen-1.5B wrote "年化6%，十年后大概有多少？" —
         # the user's question, with its case numbers — as the rule of a skill)
         if _empty_rule(rule) or is_question(rule) or _copied_from_assistant(
-                rule, user_toks, assistant_text):
+                rule, user_toks, assistant_text) or (
+                evidence is not None and restates_context(rule, evidence)):
             dropped.append(rule)
         elif turns and said_for_this_request(rule, turns, task_words(c)):
             once.append(rule)

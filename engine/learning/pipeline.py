@@ -123,13 +123,18 @@ class Pipeline:
                 actions.append(failed)
             fixing = any(triage.is_fixing(t.text) for t in w.turns[-1:])
             texts = [t.text for t in w.turns]
+            # the model read the turns from the window's focus on as evidence, the requests
+            # before them as context: a rule of its that only restates those goes
+            evidence = "\n".join(texts[w.focus:]) if w.focus and self.llm is not None \
+                and self.llm.tier != "tiny" and self.policy["extract"] != "rule" else None
             vetted = []
             keep = self.keeper(w)
             for c in candidates:
                 c.fixing = fixing
                 c.said = clip("\n".join(texts[w.focus:]), 600)
                 said = list(c.constraints)
-                why = vet_candidate(c, w.user_text, w.assistant_text, texts, context=earlier)
+                why = vet_candidate(c, w.user_text, w.assistant_text, texts, context=earlier,
+                                    evidence=evidence)
                 if why and why.startswith("no rule grounded"):
                     # the model paraphrased the user too far (Qwen-1.5B on the tune half:
                     # "Use phrases like 'matey'" for "talk to me like a cheerful pirate", "不推荐
@@ -140,7 +145,8 @@ class Pipeline:
                     own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
                     c.constraints = [own] if own is not None else said
                     why = vet_candidate(c, w.user_text, w.assistant_text, texts,
-                                        None if own is not None else keep, context=earlier)
+                                        None if own is not None else keep, context=earlier,
+                                        evidence=evidence)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:

@@ -408,3 +408,21 @@ def test_bench_replace_labels_the_contradicted_rule_and_tabulates_bars():
     assert auc(rows) == 1.0
     text = replace_table(rows, bars=(0.5, 0.9))
     assert "0.5      1/1              0/1" in text and "0.9      0/1              0/1" in text
+
+
+@pytest.mark.parametrize("rule,learned", [
+    ("Follow the proper push-up form", False),  # the request before the evidence, restated
+    ("Add an easier version for beginners", True)])
+def test_a_rule_that_only_restates_the_request_before_the_evidence_is_dropped(tmp_path, rule,
+                                                                               learned):
+    said = [U("How do I do a proper push-up? I think my form is off."), A("Hands under…"),
+            U("Same again for squats, and give an easier version for beginners.")]
+    w = gate.windows(said, "turn", lambda turns: "format")
+    assert w[0].focus == 1  # the newest turn is the evidence, the push-up request context
+    model = FixedExtract([rule], name="Exercise explanations",
+                         sc={"expect": [{"evidence": "easier version"}]})
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(model)).run(said)
+    written = [a.skill for a in actions if a.kind == "add"]
+    assert bool(written) is learned, [(a.kind, a.reason) for a in actions]
+    if learned:
+        assert "easier version" in written[0].instructions
