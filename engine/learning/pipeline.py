@@ -327,14 +327,18 @@ class Pipeline:
         ``{"keep": "`` of ``keep.md`` (one forward pass; the window's turns come first, so the
         rules of one candidate share the prompt's prefix in the KV cache). None when the model
         gave no usable answer."""
+        return self._p_yes("keep", "keep", user_turns=numbered(w.turns), rule=clip(rule, 200))
+
+    def _p_yes(self, name: str, field: str, **values: Any) -> float | None:
+        """P("yes") of prompt ``name``, whose answer is ``{"<field>": "yes"|"no"}`` (one
+        forward pass); None when unusable."""
         self.checkpoint()
         try:
-            return self.llm.choice("keep", "keep", user_turns=numbered(w.turns),
-                                   rule=clip(rule, 200))["yes"]
+            return self.llm.choice(name, field, **values)["yes"]
         except Cancelled:
             raise
         except (SkillDeskError, ValueError, KeyError) as exc:
-            log.info("evolution: keep score unavailable (%s)", exc)
+            log.info("evolution: %s score unavailable (%s)", name, exc)
             return None
 
     # ------------------------------------------------------------------------------ judge
@@ -466,15 +470,7 @@ class Pipeline:
         """P(what the user ``said`` means ``rule`` must no longer be followed), read after
         ``{"replaces": "`` of ``replace.md`` (one forward pass; the message comes first, so the
         rules of one skill share the prompt's prefix). None when unusable."""
-        self.checkpoint()
-        try:
-            return self.llm.choice("replace", "replaces", said=clip(said, 600),
-                                   rule=clip(rule, 200))["yes"]
-        except Cancelled:
-            raise
-        except (SkillDeskError, ValueError, KeyError) as exc:
-            log.info("evolution: replace score unavailable (%s)", exc)
-            return None
+        return self._p_yes("replace", "replaces", said=clip(said, 600), rule=clip(rule, 200))
 
     def _refresh(self, skill: Skill) -> None:
         try:

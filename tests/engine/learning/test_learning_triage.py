@@ -183,26 +183,24 @@ def test_generalize_takes_names_numbers_and_quotes_of_the_request_out_of_the_ski
         ["Use f-strings in Python"])
 
 
-def test_a_chinese_name_loses_the_requests_topic_not_its_meaning():
-    turns = ["帮我起草一封律师函：我的当事人交了三万块定金给一家装修公司。",
-             "落款前加一句回复期限，写明对方收到后几日内书面答复。"]
-    c = Candidate(name="律师函回复期限", description="律师函要写回复期限。",
-                  constraints=["落款前写明回复期限，要求对方几日内书面答复"])
-    generalize(c, turns)
-    assert c.name == "回复期限"  # not a clipped clause of the rule ("落款前写明回复期")
+@pytest.mark.parametrize("turns,name,rule,general", [
+    (["帮我起草一封律师函：我的当事人交了三万块定金给一家装修公司。",
+      "落款前加一句回复期限，写明对方收到后几日内书面答复。"],
+     "律师函回复期限", "落款前写明回复期限，要求对方几日内书面答复",
+     "回复期限"),  # not a clipped clause of the rule ("落款前写明回复期")
     # nothing but the topic and a generic word left: the rule's short form names it
-    c = Candidate(name="对联格式", description="对联。", constraints=["上联和下联字数相同"])
-    generalize(c, ["帮我写一副春节对联。", "上联和下联字数要一样。"])
-    assert c.name == short_name("上联和下联字数相同")
-
-
-def test_an_english_name_less_its_topic_neither_starts_nor_ends_on_a_function_word():
-    turns = ["What's the difference between a lasting power of attorney and a deputyship?",
-             "For power of attorney questions, always say which form costs more to register."]
-    c = Candidate(name="Deputyship and power of attorney costs", description="Costs.",
-                  constraints=["For power of attorney, say which form costs more to register"])
+    (["帮我写一副春节对联。", "上联和下联字数要一样。"], "对联格式", "上联和下联字数相同",
+     short_name("上联和下联字数相同")),
+    # an English name neither starts nor ends on a function word once its topic went
+    (["What's the difference between a lasting power of attorney and a deputyship?",
+      "For power of attorney questions, always say which form costs more to register."],
+     "Deputyship and power of attorney costs",
+     "For power of attorney, say which form costs more to register",
+     "power of attorney costs")])  # not "and power of attorney costs"
+def test_a_name_loses_the_requests_topic_not_its_meaning(turns, name, rule, general):
+    c = Candidate(name=name, description=f"{name}.", constraints=[rule])
     generalize(c, turns)
-    assert c.name == "power of attorney costs"  # not "and power of attorney costs"
+    assert c.name == general
 
 
 def test_case_details_are_found_per_sentence_when_one_message_holds_request_and_rule():
