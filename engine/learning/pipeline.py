@@ -123,15 +123,16 @@ class Pipeline:
                 actions.append(failed)
             fixing = any(triage.is_fixing(t.text) for t in w.turns[-1:])
             texts = [t.text for t in w.turns]
-            # the model read the turns from the window's focus on as evidence, the requests
-            # before them as context: a rule of its that only restates those goes
-            evidence = "\n".join(texts[w.focus:]) if w.focus and self.llm is not None \
+            said_now = "\n".join(texts[w.focus:])  # the evidence turns
+            # the model read them as evidence and the requests before them as context: a rule
+            # of its that only restates those goes
+            evidence = said_now if w.focus and self.llm is not None \
                 and self.llm.tier != "tiny" and self.policy["extract"] != "rule" else None
             vetted = []
             keep = self.keeper(w)
             for c in candidates:
                 c.fixing = fixing
-                c.said = clip("\n".join(texts[w.focus:]), 600)
+                c.said = clip(said_now, 600)
                 said = list(c.constraints)
                 why = vet_candidate(c, w.user_text, w.assistant_text, texts, context=earlier,
                                     evidence=evidence)
@@ -175,7 +176,7 @@ class Pipeline:
                 # hold what it missed (never anything the user did not say)
                 for c in rule_extract(w):
                     c.fixing = fixing
-                    c.said = clip("\n".join(texts[w.focus:]), 600)
+                    c.said = clip(said_now, 600)
                     if vet_candidate(c, w.user_text, w.assistant_text, texts,
                                      context=earlier) is None:
                         vetted.append(c)
@@ -452,7 +453,7 @@ class Pipeline:
         no longer be followed ("We've switched to pocket money" for "A reward star for each
         chore"): the model's P(yes) on ``replace.md`` per old rule still there, against
         :data:`REPLACE_MIN_P` — the merge prompt's own ``replaced`` list named almost none
-        (read contradiction scenarios: the old rule stayed in 14 of 15). Only where token
+        (the 16 read contradiction scenarios: the old rule went in 1). Only where token
         probabilities can be read; the old wording stays in the skill's history."""
         if not c.said or not self.llm.scores_tokens:
             return []
