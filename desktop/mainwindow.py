@@ -33,7 +33,7 @@ from .views.chat import ChatView
 from .views.consolidate_dialog import ConsolidateDialog
 from .views.conversations import ConversationsPanel
 from .views.import_dialog import ImportDialog
-from .views.learning import LearningPanel, Toast
+from .views.learning import LearningPanel, Toast, replaced_text
 from .views.review import ReviewDialog, ReviewPanel
 from .views.skill_detail import SkillDetail
 from .views.skill_tree import SkillTree
@@ -466,7 +466,8 @@ class MainWindow(QMainWindow):
         if ev.kind in ("add", "merge") and ev.path:
             self.tree.mark(ev.skill_id or ev.path, ev.kind)
             verb = "Learned a new skill" if ev.kind == "add" else "Updated a skill"
-            self.toast.notify(f"{verb}: “{ev.title or ev.skill_name}”", ("event", ev),
+            self.toast.notify(f"{verb}: “{ev.title or ev.skill_name}”{replaced_text(ev)}",
+                              ("event", ev),
                               show=True, undo=True, icon="new" if ev.kind == "add" else "merged")
         elif ev.kind == "undo":
             self.learning.mark_undone(getattr(ev, "undoes", "") or "")

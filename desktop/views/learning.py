@@ -25,6 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.text import clip
+
 from .. import theme
 
 MODEL_NOTE = ("Learning quality depends on the model: the bundled SmolLM2-135M is for trying "
@@ -74,6 +76,15 @@ class LearningBridge(QObject):
         return {**self.queue.state(), "available": True}
 
 
+def replaced_text(ev: Any) -> str:
+    """" — replaced “old rule”" for a merge that took rules out of the skill, else ""."""
+    gone = list(getattr(ev, "replaced", None) or []) if ev.kind == "merge" else []
+    if not gone:
+        return ""
+    more = f" and {len(gone) - 1} more" if len(gone) > 1 else ""
+    return f" — replaced “{clip(gone[0], 48)}”{more}"
+
+
 def describe(ev: Any) -> str:
     name = ev.title or ev.skill_name or ""
     verb = KIND_TEXT.get(ev.kind, ev.kind)
@@ -83,7 +94,7 @@ def describe(ev: Any) -> str:
         return f"{when}  {verb} “{name}” ({request})"
     if ev.kind in ("add", "merge", "undo") and name:
         ver = f" v{ev.version}" if ev.version else ""
-        return f"{when}  {verb} “{name}”{ver}"
+        return f"{when}  {verb} “{name}”{ver}{replaced_text(ev)}"
     if ev.kind in ("discard", "error"):
         return f"{when}  {verb} this turn" + (f": {ev.reason}" if ev.reason else "")
     return f"{when}  {verb} a turn"

@@ -25,6 +25,7 @@ class Action:
     step: str = ""  # gate | extract | check | judge | merge | write
     previous_version: str | None = None  # merge: the version before, for undo
     notes: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)  # merge: the skill's rules it took out
 
 
 @dataclass
@@ -59,6 +60,7 @@ class LearningEvent:
     time: float = field(default_factory=time.time)
     undone: bool = False
     undoes: str | None = None  # an undo event: the id of the event it undid
+    replaced: list[str] = field(default_factory=list)  # merge: rules taken out (in the history)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}

@@ -444,7 +444,8 @@ class Pipeline:
             # a hand edit is recorded in the history under its own version while the file
             # still names the one before it: undo must return to the hand edit
             return Action("merge", skill=written, candidate=c, step="write", reason=reason,
-                          previous_version=self.bank.effective_version(existing), notes=notes)
+                          previous_version=self.bank.effective_version(existing), notes=notes,
+                          replaced=[r for r in ex.constraints if r not in merged.constraints])
         return Action("error", skill=target, candidate=c, step="merge",
                       reason=f"{target.title} kept changing on disk; the merge was not written")
 

@@ -33,6 +33,7 @@ from engine.bank.skill import Skill
 from engine.errors import Cancelled, NotFoundError, SkillDeskError
 from engine.learning.events import Action, LearningEvent, LearningReport
 from engine.learning.pipeline import Pipeline
+from engine.text import clip
 
 log = logging.getLogger("skilldesk.learning")
 
@@ -324,7 +325,7 @@ class LearningQueue:
                 title=s.title if s else (a.candidate.name if a.candidate else None),
                 path=str(s.path) if s is not None and s.path else None,
                 version=s.version if s else None, previous_version=a.previous_version,
-                reason=a.reason))
+                reason=event_reason(a), replaced=list(a.replaced)))
         kinds = collections.Counter(a.kind for a in report.actions)
         summary = ", ".join(f"{n} {k}" for k, n in kinds.items()) or "no durable signal"
         self._emit(LearningEvent(self._event_id(), "done", turn_id=job.turn_id, job_id=job.id,
@@ -379,7 +380,8 @@ class LearningQueue:
 
 
 _EVENT_TYPES: dict[str, tuple[type, ...]] = {
-    "id": (str,), "kind": (str,), "reason": (str,), "time": (int, float), "undone": (bool,)}
+    "id": (str,), "kind": (str,), "reason": (str,), "time": (int, float), "undone": (bool,),
+    "replaced": (list,)}
 
 
 def _event_from_line(line: str) -> LearningEvent | None:
@@ -396,9 +398,18 @@ def _event_from_line(line: str) -> LearningEvent | None:
             continue
         v = d[name]
         ok = _EVENT_TYPES.get(name, (str, type(None)))
-        if not isinstance(v, ok) or (isinstance(v, bool) and bool not in ok):
+        if not isinstance(v, ok) or (isinstance(v, bool) and bool not in ok) or (
+                isinstance(v, list) and not all(isinstance(x, str) for x in v)):
             return None
         values[name] = v
     if "id" not in values or "kind" not in values:
         return None
     return LearningEvent(**values)
+
+
+def event_reason(a: Action) -> str:
+    """What the event log (and the app's Learning panel) says of ``a``: its reason and what the
+    write changed beyond it (a rule the user's new message replaced, a rule kept that the
+    model's merge had lost), so no rule leaves a skill unseen."""
+    return clip("; ".join([a.reason, *a.notes]), 600)
+

@@ -159,9 +159,13 @@ def test_event_log_cut_short_and_wrong_types_are_skipped(tmp_path):
     good = {"id": "e1", "kind": "add", "title": "T", "time": 1.0}
     log.write_text("\n".join([json.dumps(good), "[1, 2]", json.dumps({"id": ["x"], "kind": "add"}),
                               json.dumps({**good, "id": "e2", "undoes": {"a": 1}}),
-                              json.dumps({**good, "id": "e3"})[:-7]]), encoding="utf-8")
+                              json.dumps({**good, "id": "e3"})[:-7],
+                              json.dumps({**good, "id": "e4", "replaced": ["ok", 3]}),
+                              json.dumps({**good, "id": "e5", "kind": "merge",
+                                          "replaced": ["A star per chore"]})]), encoding="utf-8")
     q = LearningQueue(lambda: None, log_path=log)
-    assert [e.id for e in q.events] == ["e1"]
+    assert [e.id for e in q.events] == ["e1", "e5"]
+    assert q.events[1].replaced == ["A star per chore"]  # a merge's taken-out rules survive
     q.close()
 
 

@@ -17,6 +17,7 @@ from engine.learning import triage as gate
 from engine.learning.candidate import Candidate
 from engine.learning.judge import Neighbour, shares_task
 from engine.learning.pipeline import TRIAGE_SURE_P
+from engine.learning.queue import event_reason
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
 from tests.support import A, FixedExtract, U
@@ -388,6 +389,9 @@ def test_a_merge_drops_the_old_rule_the_users_new_message_replaces(tmp_path, p, 
     # every old rule was asked about, never the new one
     assert sorted(llm.asked) == ["A reward star for each chore done", "One column per child"]
     assert any("replaced rule" in n for n in done.notes) is dropped
+    assert done.replaced == (["A reward star for each chore done"] if dropped else [])
+    # the event log the Learning panel shows says so
+    assert ("replaced rule 'A reward star" in event_reason(done)) is dropped
     assert done.previous_version  # the old wording is one undo away
 
 
