@@ -120,6 +120,7 @@ class LearningPanel(QWidget):
         note.setWordWrap(True)
         lay.addWidget(note)
         self.log = QListWidget()
+        self.log.setWordWrap(True)  # a merge's row names the rule it replaced: keep it readable
         self.log.currentItemChanged.connect(self._sync_buttons)
         self.log.itemActivated.connect(lambda _it: self._show())
         lay.addWidget(self.log, 1)
