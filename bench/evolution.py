@@ -73,6 +73,10 @@ def _args(argv: list[str]) -> argparse.Namespace:
                         "are people_fresh*.jsonl, each read by nobody until its one run)")
     p.add_argument("--verbose", "-v", action="store_true", help="print every failed scenario")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--replay", metavar="DIR", type=Path,
+                   help="development loop: answer every prompt seen before from DIR (model "
+                        "calls are deterministic) and ask the model only new ones; for checks "
+                        "that run after the model. Seconds per turn then mean nothing")
     p.add_argument("--bank", help=argparse.SUPPRESS)
     p.add_argument("--user", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -224,6 +228,7 @@ def _table(rows: list[tuple[str, dict[str, Any]]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = _args(list(argv or []))
+    from bench._replay import ReplayBackend
     from bench.oracle import OracleLLM
     from engine.llm import registry
     from engine.llm.llama_backend import LlamaCppBackend
@@ -249,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         worker.close()
     for ref in refs:
         spec = registry.resolve(ref)
-        worker = ModelWorker(LlamaCppBackend(spec, n_threads=a.threads))
+        backend = LlamaCppBackend(spec, n_threads=a.threads)
+        if a.replay:
+            backend = ReplayBackend(backend, a.replay)
+        worker = ModelWorker(backend)
         label = f"{spec.key} ({spec.tier}{', llm steps' if a.policy == 'llm' else ''})"
         print(f"\n== {label}: {spec.title}")
         try:
@@ -260,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                                                            a.max_tokens)))
         finally:
             worker.close()
+            if a.replay:
+                print(f"  replay: {backend.hits} answers replayed, {backend.misses} asked")
     print("\nEvolution (extraction P/R by keywords; judge acc = right decisions among learned "
           "items)")
     print(_table(rows))
