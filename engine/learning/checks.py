@@ -112,14 +112,16 @@ MAX_TRIGGER_CHARS = 60  # a trigger is a short request a user would type, not a 
 
 
 # a sentence or a Chinese clause: one message often holds the request and the rule ("What's
-# the best way to drive from A to B? I don't do motorways, full stop.")
+# the best way to drive from A to B? I don't do motorways, full stop."); an English comma
+# does not end one ("I'm vegetarian, so no meat for me" states one rule)
 _CLAUSE = re.compile(r"(?:[^.!?。！？;；，\n]|[.;](?=\S))+[.!?。！？;；，]?")
 
 
 def _rule_sentences(turns: list[str], rules: list[str]) -> tuple[list[str], list[str]]:
     """(sentences that state the rules, the other sentences: the requests). A sentence states
     a rule when it shares the most words with one of the rules (the model rewords: "I don't do
-    motorways" for "Plan routes that avoid motorways"), holds a third of a rule's words, or
+    motorways" for "Plan routes that avoid motorways"; between sentences sharing as many, the
+    one with the larger share of its own words in the rule), holds a third of a rule's words, or
     has half of its own words, two at least, in the rules (a clause of a long rule:
     "每段别超过二十分钟"; not "Give me a pancake recipe." beside a rule about recipes)."""
     said = content_tokens("\n".join(rules))
@@ -128,8 +130,9 @@ def _rule_sentences(turns: list[str], rules: list[str]) -> tuple[list[str], list
     best = set()
     for r in rules:
         rt = content_tokens(r)
-        n = max((len(rt & toks) for _, toks in sents), default=0)
-        best |= {i for i, (_, toks) in enumerate(sents) if n and len(rt & toks) == n}
+        fit = [(len(rt & toks), len(rt & toks) / len(toks)) for _, toks in sents]
+        top = max(fit, default=(0, 0.0))
+        best |= {i for i, f in enumerate(fit) if top[0] and f == top}
     ruled, asked = [], []
     for i, (s, toks) in enumerate(sents):
         states = (i in best or any(coverage(r, toks) >= 0.34 for r in rules)

@@ -223,6 +223,17 @@ def test_case_details_are_found_per_sentence_when_one_message_holds_request_and_
     # a request that shares one word with a rule about it stays the request
     assert "pizza" in case_details(["Give me a pizza recipe.", "Recipes for me need grams."],
                                    ["Give recipe quantities in grams"], topic=True)
+
+
+def test_the_request_sentence_is_the_case_when_it_shares_as_many_words_with_the_rule():
+    # both sentences share one word with the reworded rule ("plans" / "seasick"); the one
+    # stating it is the one whose own words the rule holds more of
+    turns = ["Plan a long weekend on the coast of Maine for my wife and me in September. "
+             "I get violently seasick, so anything on a boat is out for me."]
+    rules = ["The user gets seasick: no cruises in travel plans"]
+    topic = case_details(turns, rules, topic=True)
+    assert content_tokens("Maine weekend coast September") <= topic, topic
+    assert not content_tokens("seasick boat") & topic
 def test_vet_uses_the_turns_to_generalize_and_keeps_a_stated_constraint():
     c = Candidate(name="Gluten-free food", description="Avoid gluten.",
                   constraints=["Avoid gluten in any food suggestion"], confidence=0.9)
