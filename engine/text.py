@@ -62,6 +62,7 @@ def content_tokens(text: str) -> set[str]:
     t = normalize(text)
     out: set[str] = set()
     for w in _WORD.findall(t):
+        w = w[:-2] if w.endswith("'s") else w  # "Dani's" is Dani ("it's" is it, a stopword)
         if w not in STOPWORDS and len(w) > 1:
             out.add(_stem(w))
     for run in _CJK_RUN.findall(t):

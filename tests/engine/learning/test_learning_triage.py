@@ -560,6 +560,22 @@ def test_triggers_a_merge_adds_lose_the_requests_topic_and_the_judge_reads_the_r
         merge.skill.triggers
 
 
+def test_a_name_said_with_a_possessive_stays_out_of_the_triggers_a_merge_adds(tmp_path):
+    bank, sheets = one_skill_bank(tmp_path, "Aftercare sheets", "Wash instructions first",
+                                  "write an aftercare sheet")
+    said = [U("Write the aftercare sheet for Dani's fine-line piece on her forearm."),
+            A("Aftercare: …"),
+            U("Add a healing timeline after the washing bit: days 1 to 3, then the first week.")]
+    model = MergesIntoFirst(["Add a healing timeline after the washing instructions"],
+                            name="Healing timeline",
+                            triggers=["healing timeline for Dani", "add a healing timeline"])
+    merge = written(bank, said, model)
+    assert merge.kind == "merge" and merge.skill.id == sheets.id
+    # "Dani's" is Dani: the client's name is this request's, not the skill's
+    assert merge.skill.triggers == ["write an aftercare sheet", "add a healing timeline"], \
+        merge.skill.triggers
+
+
 @pytest.mark.parametrize("request_turn, kind", [
     ("Make me a twelve-week running plan for a half marathon.", "merge"),  # the skill's task
     ("Write a thank-you card for my physio.", "add")])  # another task: the vetoes stand
