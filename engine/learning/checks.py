@@ -159,19 +159,29 @@ def _specific(text: str) -> set[str]:
     return out
 
 
-def case_details(turns: list[str], rules: list[str], *, topic: bool = False) -> set[str]:
+def case_details(turns: list[str], rules: list[str], *, topic: bool = False,
+                 requests: Sequence[str] = ()) -> set[str]:
     """The instance: quoted text, numbers and names (:func:`_specific`) of the request
     sentences that the sentences stating the rules do not repeat outside quotes (quoted text
     there is an example). With ``topic``, also every other word only the requests had and the rules
     do not use ("mortgage" in "Explain what a mortgage is" before "talk like a pirate in every
     reply"): what a skill's name, goal and description must not carry. Triggers may name the
     kind of request ("write an email"), so they are checked without ``topic``. The tools the
-    conversation names ("Python", "SQL") are never case details."""
+    conversation names ("Python", "SQL") are never case details.
+
+    ``requests`` are turns the model read as the requests before the rule's turns, never as
+    where a rule was said: all their sentences are requests. When no sentence of ``turns``
+    shares a word with the rules (the model said them in its own words: "用简单易懂的语言" for
+    "你给我打个生活里的比方"), ``turns`` still state them and ``requests`` hold the instance."""
+    turns = [t for t in turns if t not in requests]
     ruled, asked = _rule_sentences(turns, rules)
+    if not ruled:
+        ruled, asked = asked, []
+    asked += [m[0] for t in requests for m in _CLAUSE.finditer(t) if content_tokens(m[0])]
     if not ruled or not asked:
         return set()
     keep = content_tokens(_QUOTE.sub(" ", "\n".join(ruled))) | content_tokens(
-        " ".join(named_tools("\n".join(turns))))
+        " ".join(named_tools("\n".join([*requests, *turns]))))
     if topic:
         keep |= content_tokens("\n".join(rules))
     stems = {k[:4] for k in keep if k.isascii() and len(k) >= 4}  # query / queries
@@ -204,7 +214,7 @@ def _without_topic(name: str, topic: set[str]) -> str:
         rest) else ""
 
 
-def generalize(c: Candidate, turns: list[str]) -> list[str]:
+def generalize(c: Candidate, turns: list[str], requests: Sequence[str] = ()) -> list[str]:
     """Strip the instance from ``c``'s name, goal, description, workflow and triggers (in
     place).
 
@@ -218,8 +228,8 @@ def generalize(c: Candidate, turns: list[str]) -> list[str]:
     use…) are no topic. Returns notes."""
     from engine.learning.rules import short_name
 
-    case = case_details(turns, c.constraints)
-    topic = case_details(turns, c.constraints, topic=True)
+    case = case_details(turns, c.constraints, requests=requests)
+    topic = case_details(turns, c.constraints, topic=True, requests=requests)
     notes = []
     kept = [t for t in c.triggers if len(t) <= MAX_TRIGGER_CHARS and not _carries(t, case)]
     if len(kept) < len(c.triggers):
@@ -288,7 +298,7 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     if any(has_pii(x) for x in [c.name, c.description, *c.constraints, *c.triggers]):
         return "case-specific details (emails, phone or order numbers) left in the rules"
     if turns:
-        generalize(c, [*context, *turns])
+        generalize(c, turns, requests=context)
     if not c.description.strip():
         c.description = c.goal or "; ".join(c.constraints[:2])
     if not c.goal.strip():

@@ -128,13 +128,15 @@ class Pipeline:
             # of its that only restates those goes
             evidence = said_now if w.focus and self.llm is not None \
                 and self.llm.tier != "tiny" and self.policy["extract"] != "rule" else None
+            # what the model read as the requests before the evidence: the instance
+            requests = [*earlier, *texts[:w.focus]] if evidence is not None else earlier
             vetted = []
             keep = self.keeper(w)
             for c in candidates:
                 c.fixing = fixing
                 c.said = clip(said_now, 600)
                 said = list(c.constraints)
-                why = vet_candidate(c, w.user_text, w.assistant_text, texts, context=earlier,
+                why = vet_candidate(c, w.user_text, w.assistant_text, texts, context=requests,
                                     evidence=evidence)
                 if why and why.startswith("no rule grounded"):
                     # the model paraphrased the user too far (Qwen-1.5B on the tune half:
@@ -146,7 +148,7 @@ class Pipeline:
                     own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
                     c.constraints = [own] if own is not None else said
                     why = vet_candidate(c, w.user_text, w.assistant_text, texts,
-                                        None if own is not None else keep, context=earlier,
+                                        None if own is not None else keep, context=requests,
                                         evidence=evidence)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
@@ -178,7 +180,7 @@ class Pipeline:
                     c.fixing = fixing
                     c.said = clip(said_now, 600)
                     if vet_candidate(c, w.user_text, w.assistant_text, texts,
-                                     context=earlier) is None:
+                                     context=requests) is None:
                         vetted.append(c)
             if not candidates and not vetted and failed is None:
                 actions.append(Action("discard", reason="no reusable rule in the user's messages"

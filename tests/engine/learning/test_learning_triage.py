@@ -225,6 +225,21 @@ def test_case_details_are_found_per_sentence_when_one_message_holds_request_and_
                                    ["Give recipe quantities in grams"], topic=True)
 
 
+def test_the_requests_before_the_rule_are_the_case_when_the_model_reworded_the_rule():
+    # the model's rule shares no word with the user's; the request before is still the case
+    asked, said = "区块链到底是个啥？新闻里天天说。", "听不懂。我是开小卖部的，你给我打个生活里的比方，讲得跟家常话一样。"
+    c = Candidate(name="生活中的比方", description="用户需要一个生活中的比方来解释区块链。",
+                  goal="用生活中的例子解释区块链。", constraints=["用简单易懂的语言"],
+                  triggers=["解释区块链", "讲个比方"])
+    generalize(c, [said], requests=[asked])
+    assert "区块链" not in c.description + c.goal and c.general_triggers() == ["讲个比方"], c
+    assert c.name == "生活中的比方"
+    # a request turn never states the rule, even when it shares the rule's words
+    topic = case_details(["Make the timeline shorter."], ["Keep the timeline under ten lines"],
+                         topic=True, requests=["Write a timeline of the French Revolution."])
+    assert content_tokens("French Revolution") <= topic and "timel" not in topic
+
+
 def test_the_request_sentence_is_the_case_when_it_shares_as_many_words_with_the_rule():
     # both sentences share one word with the reworded rule ("plans" / "seasick"); the one
     # stating it is the one whose own words the rule holds more of
