@@ -44,6 +44,11 @@ class Query:
     text: str
     lang: str
     fold: int
+    shared: int = 1  # how many skills of the bank have this very trigger
+
+
+def _norm(trigger: str) -> str:
+    return " ".join(trigger.lower().split())
 
 
 @dataclass
@@ -54,6 +59,7 @@ class Outcome:
     n_hits: int = 0           # how many hits the selection returned
     absent_best: float = 0.0  # best fused score once the target is removed from the bank
     split: str = ""           # "tune" | "heldout" (split_of the query skill)
+    shared: int = 1           # skills with the query's trigger (> 1: no ranking can tell)
 
 
 @dataclass
@@ -75,6 +81,10 @@ def split_of(key: str) -> str:
 
 
 def make_queries(skills: list[Skill], folds: int) -> list[Query]:
+    holders: dict[str, int] = {}
+    for s in skills:
+        for t in {_norm(t) for t in s.triggers if t and t.strip()}:
+            holders[t] = holders.get(t, 0) + 1
     out = []
     for s in skills:
         triggers = [t.strip() for t in s.triggers if t and t.strip()]
@@ -82,7 +92,8 @@ def make_queries(skills: list[Skill], folds: int) -> list[Query]:
             continue
         key = skill_key(s)
         q = triggers[_pick(key, "query", len(triggers))]
-        out.append(Query(key, q, "zh" if has_cjk(q) else "en", _pick(key, "fold", folds)))
+        out.append(Query(key, q, "zh" if has_cjk(q) else "en", _pick(key, "fold", folds),
+                         holders.get(_norm(q), 1)))
     return out
 
 
@@ -137,7 +148,8 @@ def run(skills: list[Skill], embedders: dict, variants: list, *, fields, instr_c
                     r = keys.index(q.key) + 1 if q.key in keys else None
                     score = next((fz for i, fz, *_ in rank(c, p) if c.keys[i] == q.key), 0.0)
                     res.outcomes[v.name].append(Outcome(q.lang, r, score, len(chosen),
-                                                        split=split_of(q.key)))
+                                                        split=split_of(q.key),
+                                                        shared=q.shared))
             if absent:
                 idx.update(removed=[q.key for q in fold_q])
                 for j, (q, qv) in enumerate(zip(fold_q, qvecs, strict=True)):
@@ -157,9 +169,10 @@ def run(skills: list[Skill], embedders: dict, variants: list, *, fields, instr_c
 
 
 def metrics(outcomes: list[Outcome], lang: str | None = None,
-            split: str | None = None) -> dict[str, float]:
+            split: str | None = None, unique: bool = False) -> dict[str, float]:
+    """R@1/3/5 and MRR; ``unique``: only queries whose trigger no other skill has."""
     sel = [o for o in outcomes if (lang is None or o.lang == lang)
-           and (split is None or o.split == split)]
+           and (split is None or o.split == split) and (not unique or o.shared == 1)]
     n = len(sel)
     if not n:
         return {"n": 0, "r1": 0.0, "r3": 0.0, "r5": 0.0, "mrr": 0.0}

@@ -170,6 +170,20 @@ def quality(skills, embedders, a, out) -> dict:
                     "the pre-issue-15 selection (η 0.2 on fused); MRR@50; "
                     f"{time.perf_counter() - t0:.0f}s; targets: ranker/served R@1 >= BM25 and "
                     ">= 0.93 per language)"), file=out)
+    rows = []
+    for split in [s for s in a.splits if s in Q.SPLITS]:
+        for v in ["BM25"] + [f"ranker {e}" for e in names]:
+            o = res.outcomes[v]
+            row = [f"{split}: {v}"]
+            for lang in ("en", "zh"):
+                amb = [x for x in o if x.lang == lang and x.split == split and x.shared > 1]
+                row += [f"{len(amb)}/{Q.metrics(o, lang, split)['n']}",
+                        Q.metrics(o, lang, split, unique=True)["r1"]]
+            rows.append(row)
+    print(table(["half: ranker", "EN shared", "EN R@1 unique", "ZH shared", "ZH R@1 unique"],
+                rows, "\nThe same, without the queries whose trigger other skills have too "
+                "(the corpus's boilerplate 'Use when the user asks for a process or checklist.':"
+                " no ranking can tell those skills apart by it)"), file=out)
     verdict = {}
     for e in names:
         f_, b, d = (Q.metrics(res.outcomes[n]) for n in ("ranker " + e, "BM25", "dense " + e))
