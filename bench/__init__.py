@@ -12,8 +12,8 @@ from types import ModuleType
 
 from engine.errors import NotFoundError
 
-BENCHES = ["chat", "retrieval", "evolution", "triage", "replace", "prefeval", "bank", "proxy",
-           "skillx", "fuzz"]
+BENCHES = ["chat", "retrieval", "evolution", "triage", "replace", "instance", "prefeval", "bank",
+           "proxy", "skillx", "fuzz"]
 
 
 def load(name: str) -> ModuleType:
