@@ -180,7 +180,7 @@ class Pipeline:
                     c.fixing = fixing
                     c.said = clip(said_now, 600)
                     if vet_candidate(c, w.user_text, w.assistant_text, texts,
-                                     context=requests) is None:
+                                     context=earlier) is None:  # read from all of w
                         vetted.append(c)
             if not candidates and not vetted and failed is None:
                 actions.append(Action("discard", reason="no reusable rule in the user's messages"
