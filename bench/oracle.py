@@ -105,7 +105,8 @@ class OracleLLM:
         props = set((schema or {}).get("properties") or {})
         last = messages[-1]["content"] if messages else ""
         kind = ("extract" if "skills" in props else "judge" if "action" in props
-                else "rewrite" if "query" in props else "triage" if "kind" in props
+                else "rewrite" if "query" in props else "reword" if "rule" in props
+                else "triage" if "kind" in props
                 else "filter" if "use" in props else "merge")
         self.calls.append(kind)
         self._sleep(cancel)
@@ -126,6 +127,15 @@ class OracleLLM:
     def _rewrite(self, prompt: str) -> dict[str, Any]:
         latest = prompt.rsplit("Latest:", 1)[-1].strip()
         return {"query": latest or "query"}
+
+    def _reword(self, prompt: str) -> dict[str, Any]:
+        """The rule less the details named (checks.general_rules): a scripted rule never
+        names a case detail, so this only answers the prompt's shape."""
+        rule = prompt.split("Rule:", 1)[-1].split("\nDetails:", 1)[0].strip()
+        details = prompt.rsplit("Details:", 1)[-1].split(",")
+        for d in details:
+            rule = rule.replace(d.strip(), "") if d.strip() else rule
+        return {"rule": " ".join(rule.split()) or "rule"}
 
     def _triage(self, prompt: str) -> dict[str, Any]:
         """Durable when an expected item's evidence is in the user turns shown."""

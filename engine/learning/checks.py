@@ -196,6 +196,23 @@ def _carries(text: str, case: set[str]) -> bool:
     return bool(case) and bool(content_tokens(text) & case)
 
 
+_TOKEN = re.compile(r"[\w'’.+#-]+")
+
+
+def case_words(rule: str, case: set[str]) -> list[str]:
+    """The words of ``rule`` (as written) that carry a case detail: "Pip" in "End the story
+    with Pip falling asleep" after "a turtle called Pip"."""
+    return dedupe([w.strip(".'’-") for w in _TOKEN.findall(rule) if _carries(w, case)])
+
+
+def reworded(old: str, new: str, case: set[str]) -> bool:
+    """Whether ``new`` is ``old`` without its case details: it names none of them, is no
+    question, and keeps at least half of the other words of ``old``."""
+    rest = content_tokens(old) - case
+    return bool(content_tokens(new)) and not _carries(new, case) and not is_question(new) \
+        and coverage(rest, content_tokens(new)) >= 0.5
+
+
 def _without_topic(name: str, topic: set[str]) -> str:
     """``name`` less the request's topic, or "" when too little is left to name a skill.
     English drops the words carrying it and keeps two content words at least; Chinese drops
@@ -256,7 +273,8 @@ def generalize(c: Candidate, turns: list[str], requests: Sequence[str] = ()) -> 
 def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
                   turns: list[str] | None = None,
                   keep: Callable[[str], float | None] | None = None,
-                  context: Sequence[str] = (), evidence: str | None = None) -> str | None:
+                  context: Sequence[str] = (), evidence: str | None = None,
+                  reword: Callable[[str, list[str]], str | None] | None = None) -> str | None:
     """Clean ``c`` in place; return why it must be discarded, or None when it may be used.
     ``turns`` (the user's messages one by one) lets :func:`generalize` find the instance;
     ``context`` (the requests just before them) is read for the instance only.
@@ -264,7 +282,8 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     (:meth:`Pipeline.keep_score`): it can keep a rule word overlap would drop (:func:`keeps`).
     ``evidence`` (the turns the model was asked about, where ``user_text`` also holds the
     requests before them) drops a rule that only restates those requests
-    (:func:`restates_context`)."""
+    (:func:`restates_context`). ``reword(rule, words)`` is the model's rule without the
+    request's case details (:func:`general_rules`)."""
     user_toks = content_tokens(user_text)
     kept, dropped, once = [], [], []
     for rule in c.constraints:
@@ -298,6 +317,11 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     if any(has_pii(x) for x in [c.name, c.description, *c.constraints, *c.triggers]):
         return "case-specific details (emails, phone or order numbers) left in the rules"
     if turns:
+        c.constraints = general_rules(c.constraints, case_details(
+            turns, c.constraints, requests=context), reword)
+        if not c.constraints:
+            return ("its rules name details of this one request (dropped: "
+                    f"{clip('; '.join(kept), 120)})")
         generalize(c, turns, requests=context)
     if not c.description.strip():
         c.description = c.goal or "; ".join(c.constraints[:2])
@@ -308,6 +332,28 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     c.triggers = dedupe(c.triggers)
     c.tags = dedupe([t.lower() if language(t) == "en" else t for t in c.tags])
     return None
+
+
+def general_rules(rules: list[str], case: set[str],
+                  reword: Callable[[str, list[str]], str | None] | None) -> list[str]:
+    """``rules`` without the request's case details (:func:`case_details`): a rule naming one
+    ("End the story with Pip falling asleep") is reworded by the model (``reword(rule,
+    words)``, :meth:`Pipeline.reword`) and kept when :func:`reworded` holds; otherwise it
+    goes: a learned rule never carries the names, numbers or quoted text of the request it
+    came from. Without a model (the rule tier) rules are the user's own rule sentences, which
+    case details never come from, and stay as they are."""
+    if reword is None:
+        return rules
+    out = []
+    for rule in rules:
+        words = case_words(rule, case)
+        if not words:
+            out.append(rule)
+            continue
+        new = reword(rule, words)
+        if new is not None and reworded(rule, new, case):
+            out.append(new.strip())
+    return dedupe(out)
 
 
 def keeps(rule: str, lexical: bool, keep: Callable[[str], float | None] | None) -> bool:

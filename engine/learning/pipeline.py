@@ -132,12 +132,14 @@ class Pipeline:
             requests = [*earlier, *texts[:w.focus]] if evidence is not None else earlier
             vetted = []
             keep = self.keeper(w)
+            reword = self.reword if self.llm is not None and self.llm.tier != "tiny" \
+                and self.policy["extract"] != "rule" else None
             for c in candidates:
                 c.fixing = fixing
                 c.said = clip(said_now, 600)
                 said = list(c.constraints)
                 why = vet_candidate(c, w.user_text, w.assistant_text, texts, context=requests,
-                                    evidence=evidence)
+                                    evidence=evidence, reword=reword)
                 if why and why.startswith("no rule grounded"):
                     # the model paraphrased the user too far (Qwen-1.5B on the tune half:
                     # "Use phrases like 'matey'" for "talk to me like a cheerful pirate", "不推荐
@@ -149,7 +151,7 @@ class Pipeline:
                     c.constraints = [own] if own is not None else said
                     why = vet_candidate(c, w.user_text, w.assistant_text, texts,
                                         None if own is not None else keep, context=requests,
-                                        evidence=evidence)
+                                        evidence=evidence, reword=reword)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:
@@ -331,6 +333,21 @@ class Pipeline:
         rules of one candidate share the prompt's prefix in the KV cache). None when the model
         gave no usable answer."""
         return self._p_yes("keep", "keep", user_turns=numbered(w.turns), rule=clip(rule, 200))
+
+    def reword(self, rule: str, words: list[str]) -> str | None:
+        """``rule`` said without ``words``, the details of the one request it came from
+        (``reword.md``; :func:`checks.general_rules` checks the answer). None when the model
+        gave no usable answer."""
+        self.checkpoint()
+        try:
+            out = self.llm.structured("reword", rule=clip(rule, 200),
+                                      details=", ".join(words[:6]))
+        except Cancelled:
+            raise
+        except SkillDeskError as exc:
+            log.info("evolution: reword unavailable (%s)", exc)
+            return None
+        return str(out.get("rule") or "").strip() or None
 
     def _p_yes(self, name: str, field: str, **values: Any) -> float | None:
         """P("yes") of prompt ``name``, whose answer is ``{"<field>": "yes"|"no"}`` (one

@@ -240,6 +240,46 @@ def test_the_requests_before_the_rule_are_the_case_when_the_model_reworded_the_r
     assert content_tokens("French Revolution") <= topic and "timel" not in topic
 
 
+STORY = ["Write a bedtime story about a turtle called Pip who is scared of the dark.",
+         "End it with him falling asleep, bedtime stories are for winding her down."]
+
+
+@pytest.mark.parametrize("answer, rules", [
+    ("End the story with the main character falling asleep",
+     ["End the story with the main character falling asleep"]),  # reworded: kept
+    ("End the story with Pip falling asleep", []),  # still names the case: the rule goes
+    ("Write a story", [])])  # lost what the rule says: the rule goes
+def test_a_rule_naming_the_requests_case_is_reworded_by_the_model_or_dropped(answer, rules):
+    asked = []
+    c = Candidate(name="Bedtime stories", description="Stories end with Pip asleep.",
+                  constraints=["End the story with Pip falling asleep"], confidence=0.9)
+    why = vet_candidate(c, "\n".join(STORY), "", STORY[1:], context=STORY[:1],
+                        reword=lambda rule, words: asked.append(words) or answer)
+    assert asked == [["Pip"]]
+    assert c.constraints == rules
+    assert (why is None) == bool(rules), why
+    if rules:  # the name and description are made from the reworded rule
+        assert "pip" not in (c.name + c.description).lower()
+    # without a model to reword (the rule tier) nothing changes
+    c = Candidate(name="x y", description="z", constraints=["Use tabs, as Pip does"],
+                  confidence=0.9)
+    vet_candidate(c, "Use tabs, as Pip does", "", ["Use tabs, as Pip does"])
+    assert c.constraints == ["Use tabs, as Pip does"]
+
+
+def test_the_pipeline_rewords_a_rule_that_names_the_requests_case(tmp_path):
+    said = [U(STORY[0]), A("Once upon a time…"), U(STORY[1])]
+    model = StatedConstraint(["End the story with Pip falling asleep"], name="Bedtime stories",
+                             triggers=["write a bedtime story"])
+    [add] = [a for a in Pipeline(SkillBank(tmp_path / "bank"), "default",
+                                 LLMClient(model)).run(said, "turn") if a.kind == "add"]
+    assert "falling asleep" in add.skill.instructions
+    text = "\n".join([add.skill.name, add.skill.description, add.skill.instructions,
+                      *add.skill.triggers]).lower()
+    assert "pip" not in text, text
+    assert "reword" in model.calls
+
+
 def test_the_request_sentence_is_the_case_when_it_shares_as_many_words_with_the_rule():
     # both sentences share one word with the reworded rule ("plans" / "seasick"); the one
     # stating it is the one whose own words the rule holds more of

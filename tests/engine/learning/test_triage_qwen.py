@@ -186,3 +186,16 @@ def test_qwen_replace_check_ranks_the_contradicted_rule_above_the_ones_that_stan
     stays = [pipeline.replace_score(said, r) for r in
              ("List who attended at the top", "Put the action items last")]
     assert gone >= REPLACE_MIN_P and all(p < REPLACE_MIN_P for p in stays), (gone, stays)
+
+
+@pytest.mark.parametrize("rule, words", [
+    ("Open every invoice for Harlow Plumbing with the job number", ["Harlow", "Plumbing"]),
+    ("给张经理的周报里把 12 个待办放在最前面", ["12"])])
+def test_qwen_rewords_a_rule_without_the_requests_case(pipeline, rule, words):
+    """The reword step (reword.md) on the recommended model: the rule comes back without the
+    case's names and numbers and keeps what it asks for (checks.reworded)."""
+    from engine.learning.checks import reworded
+    from engine.text import content_tokens
+
+    new = pipeline.reword(rule, words)
+    assert new is not None and reworded(rule, new, content_tokens(" ".join(words))), new
