@@ -85,11 +85,12 @@ class Candidate:
         return f"{clip(self.name, 60)} | {clip(rules, 240)}"
 
     def fields_text(self) -> str:
-        """The candidate as the merge prompt shows it."""
+        """The candidate as the merge prompt shows it: its triggers less the request's topic
+        (the model copied what it was shown into the merged skill)."""
         return "\n".join([f"description: {self.description}", f"goal: {self.goal}",
                           "constraints: " + " | ".join(self.constraints),
                           *(["workflow: " + " | ".join(self.workflow)] if self.workflow else []),
-                          "triggers: " + " | ".join(self.triggers[:4])])
+                          "triggers: " + " | ".join(self.general_triggers()[:4])])
 
     def general_triggers(self, triggers: list[str] | None = None) -> list[str]:
         """``triggers`` (default: the candidate's) less the request's topic

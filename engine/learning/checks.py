@@ -470,8 +470,13 @@ def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
     # is the model's own (a case detail of the conversation it saw, or an invention) and goes
     said = existing.constraints + new.constraints
     source = content_tokens("\n".join(said))
-    invented = [r for r in rules if coverage(r, source) < MERGE_SOURCED
-                and max((jaccard(r, x) for x in said), default=0.0) < 0.4]
+    # the request's topic (what the new rule was said for: a learner's name, the dish) that
+    # neither the skill nor the new rules name: the model took it from the request, and it
+    # reaches no rule, description, goal or step of the skill
+    case = set(new.topic) - content_tokens(existing.text) - content_tokens(
+        "\n".join(new.constraints))
+    invented = [r for r in rules if (coverage(r, source) < MERGE_SOURCED and max(
+        (jaccard(r, x) for x in said), default=0.0) < 0.4) or _carries(r, case)]
     for r in invented:
         notes.append(f"dropped rule {clip(r, 60)!r}: neither the skill nor the new rule says it")
     rules = [r for r in rules if r not in invented]
@@ -501,8 +506,8 @@ def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
         fallback = union(existing, new)
         merged.constraints, merged.description, merged.goal = (
             fallback.constraints, fallback.description, fallback.goal)
-    if not merged.description.strip():
-        merged.description = existing.description
-    if not merged.goal.strip():
-        merged.goal = existing.goal
+    for attr in ("description", "goal"):
+        if not getattr(merged, attr).strip() or _carries(getattr(merged, attr), case):
+            setattr(merged, attr, getattr(existing, attr))
+    merged.workflow = [s for s in merged.workflow if not _carries(s, case)]
     return notes

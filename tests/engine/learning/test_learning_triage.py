@@ -379,6 +379,30 @@ def test_a_merge_keeps_no_rule_that_neither_the_skill_nor_the_new_rule_says():
     assert "Number every step, one action per step" in merged.constraints
 
 
+def test_a_merge_carries_none_of_the_requests_topic_into_the_skill():
+    ex = rules("Lesson summaries", "What we practised, then what to work on")
+    ex.description = ex.goal = "Summaries of driving lessons."
+    new = rules("Lesson summary", "Say whether a fault would fail the test")
+    new.topic = frozenset(content_tokens("Bethany roundabout Thursday"))
+    new.triggers = ["summarise Bethany's lesson", "summarise a lesson"]
+    # the merge prompt shows the triggers without the request's topic
+    shown = new.fields_text().splitlines()[-1]
+    assert shown.startswith("triggers: summarise") and "bethany" not in shown.lower(), shown
+    # the model wrote the learner's name into the description, a rule and a step
+    merged = rules("x", "What we practised, then what to work on",
+                   "Say whether a fault would fail the test",
+                   "Note Bethany's roundabout faults first")
+    merged.description = "Summaries of Bethany's driving lessons."
+    merged.goal = "Summaries of driving lessons, faults judged against the test."
+    merged.workflow = ["List Bethany's faults", "Say what to practise"]
+    repair_merge(merged, ex, new)
+    assert merged.constraints == ["What we practised, then what to work on",
+                                  "Say whether a fault would fail the test"]
+    assert merged.description == "Summaries of driving lessons."  # the skill's own
+    assert merged.goal == "Summaries of driving lessons, faults judged against the test."
+    assert merged.workflow == ["Say what to practise"]
+
+
 def test_a_contradicting_merge_keeps_the_old_wording_in_history(tmp_path, embedder):
     sc = PEOPLE["m-en-minutes-flip"]
     desk = open_desk(tmp_path / "bank", embedder, ModelWorker(OracleLLM(sc)))
