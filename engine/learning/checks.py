@@ -163,7 +163,9 @@ def case_details(turns: list[str], rules: list[str], *, topic: bool = False,
                  requests: Sequence[str] = ()) -> set[str]:
     """The instance: quoted text, numbers and names (:func:`_specific`) of the request
     sentences that the sentences stating the rules do not repeat outside quotes (quoted text
-    there is an example). With ``topic``, also every other word only the requests had and the rules
+    there is an example), and those of the sentences stating the rules that the rules leave
+    out (a sentence can be the request too: "Lesson summary for Bethany, two hours today").
+    With ``topic``, also every other word only the requests had and the rules
     do not use ("mortgage" in "Explain what a mortgage is" before "talk like a pirate in every
     reply"): what a skill's name, goal and description must not carry. Triggers may name the
     kind of request ("write an email"), so they are checked without ``topic``. The tools the
@@ -178,14 +180,18 @@ def case_details(turns: list[str], rules: list[str], *, topic: bool = False,
     if not ruled:
         ruled, asked = asked, []
     asked += [m[0] for t in requests for m in _CLAUSE.finditer(t) if content_tokens(m[0])]
-    if not ruled or not asked:
+    tools = content_tokens(" ".join(named_tools("\n".join([*requests, *turns]))))
+    said = content_tokens("\n".join(rules))
+    # the names and numbers of the sentences stating the rules that the rules leave out: the
+    # sentence was the request too ("Lesson summary for Bethany, two hours today: …")
+    named = set().union(*(_specific(t) for t in ruled)) - said - tools
+    if not ruled or not (asked or named):
         return set()
-    keep = content_tokens(_QUOTE.sub(" ", "\n".join(ruled))) | content_tokens(
-        " ".join(named_tools("\n".join([*requests, *turns]))))
+    keep = (content_tokens(_QUOTE.sub(" ", "\n".join(ruled))) - named) | tools
     if topic:
-        keep |= content_tokens("\n".join(rules))
+        keep |= said
     stems = {k[:4] for k in keep if k.isascii() and len(k) >= 4}  # query / queries
-    found = set().union(*(_specific(t) for t in asked))
+    found = set().union(named, *(_specific(t) for t in asked))
     if topic:
         found |= content_tokens("\n".join(asked))
     return {t for t in found if t not in keep

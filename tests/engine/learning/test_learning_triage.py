@@ -280,6 +280,19 @@ def test_the_pipeline_rewords_a_rule_that_names_the_requests_case(tmp_path):
     assert "reword" in model.calls
 
 
+def test_a_name_in_the_one_sentence_of_a_request_that_the_rule_leaves_out_is_the_case():
+    # the turn's one sentence is both the request and where the model found its rule
+    turns = ["Invoice for Kowalski Joinery, 14 hours this week: kitchen units and skirting."]
+    rules = ["List the hours worked on the invoice"]
+    assert content_tokens("Kowalski Joinery 14") <= case_details(turns, rules)
+    c = Candidate(name="Invoices", description="Invoices for Kowalski Joinery.",
+                  constraints=rules, triggers=["invoice Kowalski", "write an invoice"])
+    generalize(c, turns)
+    assert c.triggers == ["write an invoice"] and "kowalski" not in c.description.lower()
+    # a name the rule itself says is the rule's ("Use British spelling")
+    assert not case_details(["Use British spelling in my emails."], ["Use British spelling"])
+
+
 def test_the_request_sentence_is_the_case_when_it_shares_as_many_words_with_the_rule():
     # both sentences share one word with the reworded rule ("plans" / "seasick"); the one
     # stating it is the one whose own words the rule holds more of
