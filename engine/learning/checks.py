@@ -145,13 +145,15 @@ _CAP = re.compile(r"\b[A-Z][\w'-]+")
 _NUM = re.compile(r"\d+(?:[.,:]\d+)*")
 
 
-def _specific(text: str) -> set[str]:
+def _specific(text: str, names_only: bool = False) -> set[str]:
     """The tokens of ``text`` that name one instance: quoted text, numbers, and capitalised
-    words inside a sentence (names of people, places, products: "Lisbon", "PostgreSQL")."""
+    words inside a sentence (names of people, places, products: "Lisbon", "PostgreSQL");
+    only the names with ``names_only``."""
     out = set()
-    for m in _QUOTE.finditer(text):
-        out |= content_tokens(m[0])
-    out |= {m for m in _NUM.findall(text)}
+    if not names_only:
+        for m in _QUOTE.finditer(text):
+            out |= content_tokens(m[0])
+        out |= {m for m in _NUM.findall(text)}
     for m in _CAP.finditer(text):
         before = text[:m.start()].rstrip()
         if before and before[-1] not in ".!?:;\n\"'(“‘" and m[0] not in ("I", "I'm", "I'd"):
@@ -163,8 +165,9 @@ def case_details(turns: list[str], rules: list[str], *, topic: bool = False,
                  requests: Sequence[str] = ()) -> set[str]:
     """The instance: quoted text, numbers and names (:func:`_specific`) of the request
     sentences that the sentences stating the rules do not repeat outside quotes (quoted text
-    there is an example), and those of the sentences stating the rules that the rules leave
-    out (a sentence can be the request too: "Lesson summary for Bethany, two hours today").
+    there is an example), and the names of the sentences stating the rules that the rules
+    leave out (a sentence can be the request too: "Lesson summary for Bethany, two hours
+    today").
     With ``topic``, also every other word only the requests had and the rules
     do not use ("mortgage" in "Explain what a mortgage is" before "talk like a pirate in every
     reply"): what a skill's name, goal and description must not carry. Triggers may name the
@@ -182,9 +185,11 @@ def case_details(turns: list[str], rules: list[str], *, topic: bool = False,
     asked += [m[0] for t in requests for m in _CLAUSE.finditer(t) if content_tokens(m[0])]
     tools = content_tokens(" ".join(named_tools("\n".join([*requests, *turns]))))
     said = content_tokens("\n".join(rules))
-    # the names and numbers of the sentences stating the rules that the rules leave out: the
-    # sentence was the request too ("Lesson summary for Bethany, two hours today: …")
-    named = set().union(*(_specific(t) for t in ruled)) - said - tools
+    # the names in the sentences stating the rules that the rules leave out: the sentence was
+    # the request too ("Lesson summary for Bethany, two hours today: …"). Not its numbers or
+    # quoted text: those are often what the rule is ("keep them under 30 words"), which the
+    # model's description kept where its rule lost it
+    named = set().union(*(_specific(t, names_only=True) for t in ruled)) - said - tools
     if not ruled or not (asked or named):
         return set()
     keep = (content_tokens(_QUOTE.sub(" ", "\n".join(ruled))) - named) | tools
