@@ -207,7 +207,8 @@ def _carries(text: str, case: set[str]) -> bool:
     return bool(case) and bool(content_tokens(text) & case)
 
 
-_TOKEN = re.compile(r"[\w'’.+#-]+")
+# a Latin word or number, or a run of other script (a digit inside "把3号楼" is its own word)
+_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_'’.+#-]*|[^\x00-\x7f\s]+")
 
 
 def case_words(rule: str, case: set[str]) -> list[str]:

@@ -21,6 +21,7 @@ from engine.learning.candidate import Candidate
 from engine.learning.checks import (
     KEEP_MIN_P,
     case_details,
+    case_words,
     generalize,
     repair_merge,
     vet_candidate,
@@ -265,6 +266,11 @@ def test_a_rule_naming_the_requests_case_is_reworded_by_the_model_or_dropped(ans
                   confidence=0.9)
     vet_candidate(c, "Use tabs, as Pip does", "", ["Use tabs, as Pip does"])
     assert c.constraints == ["Use tabs, as Pip does"]
+
+
+def test_the_words_that_carry_the_case_are_found_in_any_script():
+    assert case_words("End the story with Pip falling asleep", {"pip"}) == ["Pip"]
+    assert case_words("把12号楼的停水时间放在第一句", {"12"}) == ["12"]  # not the whole clause
 
 
 def test_the_pipeline_rewords_a_rule_that_names_the_requests_case(tmp_path):
