@@ -332,8 +332,8 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
         c.constraints = general_rules(c.constraints, case_details(
             turns, c.constraints, requests=context), reword)
         if not c.constraints:
-            return ("its rules name details of this one request (dropped: "
-                    f"{clip('; '.join(kept), 120)})")
+            return ("its rules name details of this one request and could not be said "
+                    f"without them (dropped: {clip('; '.join(kept), 120)})")
         generalize(c, turns, requests=context)
     if not c.description.strip():
         c.description = c.goal or "; ".join(c.constraints[:2])
