@@ -329,8 +329,9 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     if any(has_pii(x) for x in [c.name, c.description, *c.constraints, *c.triggers]):
         return "case-specific details (emails, phone or order numbers) left in the rules"
     if turns:
-        c.constraints = general_rules(c.constraints, case_details(
-            turns, c.constraints, requests=context), reword)
+        if reword is not None:
+            c.constraints = general_rules(c.constraints, case_details(
+                turns, c.constraints, requests=context), reword)
         if not c.constraints:
             return ("its rules name details of this one request and could not be said "
                     f"without them (dropped: {clip('; '.join(kept), 120)})")
@@ -347,15 +348,13 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
 
 
 def general_rules(rules: list[str], case: set[str],
-                  reword: Callable[[str, list[str]], str | None] | None) -> list[str]:
+                  reword: Callable[[str, list[str]], str | None]) -> list[str]:
     """``rules`` without the request's case details (:func:`case_details`): a rule naming one
     ("End the story with Pip falling asleep") is reworded by the model (``reword(rule,
     words)``, :meth:`Pipeline.reword`) and kept when :func:`reworded` holds; otherwise it
     goes: a learned rule never carries the names, numbers or quoted text of the request it
-    came from. Without a model (the rule tier) rules are the user's own rule sentences, which
-    case details never come from, and stay as they are."""
-    if reword is None:
-        return rules
+    came from. (Without a model, the rule tier, :func:`vet_candidate` does not call it: its
+    rules are the user's own rule sentences, which case details never come from.)"""
     out = []
     for rule in rules:
         words = case_words(rule, case)

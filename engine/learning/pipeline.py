@@ -126,14 +126,14 @@ class Pipeline:
             said_now = "\n".join(texts[w.focus:])  # the evidence turns
             # the model read them as evidence and the requests before them as context: a rule
             # of its that only restates those goes
-            evidence = said_now if w.focus and self.llm is not None \
-                and self.llm.tier != "tiny" and self.policy["extract"] != "rule" else None
+            by_model = self.llm is not None and self.llm.tier != "tiny" \
+                and self.policy["extract"] != "rule"  # the rules are the model's wording
+            evidence = said_now if w.focus and by_model else None
             # what the model read as the requests before the evidence: the instance
             requests = [*earlier, *texts[:w.focus]] if evidence is not None else earlier
             vetted = []
             keep = self.keeper(w)
-            reword = self.reword if self.llm is not None and self.llm.tier != "tiny" \
-                and self.policy["extract"] != "rule" else None
+            reword = self.reword if by_model else None
             for c in candidates:
                 c.fixing = fixing
                 c.said = clip(said_now, 600)
