@@ -106,6 +106,7 @@ class OracleLLM:
         last = messages[-1]["content"] if messages else ""
         kind = ("extract" if "skills" in props else "judge" if "action" in props
                 else "rewrite" if "query" in props else "reword" if "rule" in props
+                else "name" if props == {"name"}
                 else "triage" if "kind" in props
                 else "filter" if "use" in props else "merge")
         self.calls.append(kind)
@@ -136,6 +137,15 @@ class OracleLLM:
         for d in details:
             rule = rule.replace(d.strip(), "") if d.strip() else rule
         return {"rule": " ".join(rule.split()) or "rule"}
+
+    def _name(self, prompt: str) -> dict[str, Any]:
+        """The expected item whose rules the prompt shows names the skill (a cut name is
+        named again at write time, Pipeline.add)."""
+        shown = normalize(prompt.rsplit("Rules:", 1)[-1])
+        for e in self.expect:
+            if e.get("name") and any(normalize(r) in shown for r in e.get("constraints") or []):
+                return {"name": e["name"]}
+        return {"name": "skill"}
 
     def _triage(self, prompt: str) -> dict[str, Any]:
         """Durable when an expected item's evidence is in the user turns shown."""

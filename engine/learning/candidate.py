@@ -48,6 +48,10 @@ class Candidate:
     # the user's message it came from: a merge asks the model whether it replaces a rule the
     # skill had (:meth:`Pipeline.replace_score`)
     said: str = ""
+    # the name is not a name the model gave: words cut out of it (the request's topic,
+    # checks.generalize) or a rule sentence shortened (rules.short_name); a model that can
+    # name it names it again from its rules when the skill is written (:meth:`Pipeline.add`)
+    name_cut: bool = False
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Candidate:

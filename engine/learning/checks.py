@@ -274,6 +274,7 @@ def generalize(c: Candidate, turns: list[str], requests: Sequence[str] = ()) -> 
     if _carries(c.name, topic):
         new = _without_topic(c.name, topic)
         c.name = new if new else short_name(c.constraints[0])
+        c.name_cut = True
         notes.append("name made general")
     for attr in ("goal", "description"):
         if _carries(getattr(c, attr), topic):
@@ -345,6 +346,30 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     c.triggers = dedupe(c.triggers)
     c.tags = dedupe([t.lower() if language(t) == "en" else t for t in c.tags])
     return None
+
+
+MAX_NAME_WORDS = 6  # English words of a skill's name (Chinese: MAX_NAME_CJK characters)
+MAX_NAME_CJK = 12  # about as long as six English words
+
+
+def good_name(name: str, c: Candidate) -> bool:
+    """Whether the model's ``name`` for ``c`` (:meth:`Pipeline.name_skill`) may be its name:
+    short (a name, never a rule: at most MAX_NAME_WORDS words or MAX_NAME_CJK Chinese
+    characters), not generic, no question, in the rules' language, with no number and no
+    name of a person, place or product (a rule can still carry one the checks let through:
+    "Compare Vodafone, BT and Sky"), and carrying none of the request's topic words that
+    ``c``'s own description and rules do not use."""
+    name = name.strip()
+    if language(name) != language("\n".join(c.constraints)) or _NUM.search(name) \
+            or _specific(name, names_only=True) - content_tokens(" ".join(named_tools(name))):
+        return False
+    cjk = sum("\u4e00" <= ch <= "\u9fff" for ch in name)
+    if not name or _is_generic(name) or is_question(name) or "\n" in name:
+        return False
+    if cjk and not 2 <= cjk <= MAX_NAME_CJK or not cjk and len(name.split()) > MAX_NAME_WORDS:
+        return False
+    own = content_tokens("\n".join([c.description, *c.constraints]))
+    return not _carries(name, set(c.topic) - own)
 
 
 def general_rules(rules: list[str], case: set[str],

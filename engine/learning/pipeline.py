@@ -22,6 +22,7 @@ from engine.errors import Cancelled, ConflictError, SkillDeskError, StructuredOu
 from engine.learning import triage
 from engine.learning.candidate import Candidate
 from engine.learning.checks import (
+    good_name,
     known_already,
     repair_merge,
     union,
@@ -126,8 +127,7 @@ class Pipeline:
             said_now = "\n".join(texts[w.focus:])  # the evidence turns
             # the model read them as evidence and the requests before them as context: a rule
             # of its that only restates those goes
-            by_model = self.llm is not None and self.llm.tier != "tiny" \
-                and self.policy["extract"] != "rule"  # the rules are the model's wording
+            by_model = self.by_model
             evidence = said_now if w.focus and by_model else None
             # what the model read as the requests before the evidence: the instance
             requests = [*earlier, *texts[:w.focus]] if evidence is not None else earlier
@@ -195,6 +195,12 @@ class Pipeline:
             log.info("evolution %s%s: %s", a.kind,
                      f" {a.skill.title}" if a.skill is not None else "", a.reason)
         return actions
+
+    @property
+    def by_model(self) -> bool:
+        """The model extracts, and so words the rules (not the tiny tier, not the rules)."""
+        return self.llm is not None and self.llm.tier != "tiny" \
+            and self.policy["extract"] != "rule"
 
     # ------------------------------------------------------------------------------ triage
     def _triage(self, turns: list[triage.UserTurn]) -> str | None:
@@ -349,6 +355,24 @@ class Pipeline:
             return None
         return str(out.get("rule") or "").strip() or None
 
+    def name_skill(self, c: Candidate) -> str | None:
+        """A name for ``c`` from its description and rules alone (``name.md``, ``name.zh.md``
+        for Chinese rules), which never saw the request; None when the answer is unusable or
+        fails :func:`checks.good_name`."""
+        self.checkpoint()
+        try:
+            out = self.llm.structured("name", lang=language("\n".join(c.constraints)),
+                                      description=clip(c.description, 200),
+                                      rules="\n".join(f"- {clip(r, 160)}"
+                                                      for r in c.constraints[:6]))
+        except Cancelled:
+            raise
+        except SkillDeskError as exc:
+            log.info("evolution: naming unavailable (%s)", exc)
+            return None
+        name = " ".join(str(out.get("name") or "").split()).strip(" .。")
+        return name if good_name(name, c) else None
+
     def _p_yes(self, name: str, field: str, **values: Any) -> float | None:
         """P("yes") of prompt ``name``, whose answer is ``{"<field>": "yes"|"no"}`` (one
         forward pass); None when unusable."""
@@ -411,6 +435,10 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------ write
     def add(self, c: Candidate, turn_id: str | None, reason: str) -> Action:
+        if c.name_cut and self.by_model:
+            # a name cut out of the request's ("撰写" left of "政府报告撰写", "馈要求") or a
+            # shortened rule ("Add a line about pasta and baked") is no name to browse by
+            c.name = self.name_skill(c) or c.name
         skill = c.to_skill(source="extracted", source_turns=[turn_id] if turn_id else [])
         written = self.bank.create(skill, self.user, source="extracted")
         self._refresh(written)

@@ -430,3 +430,56 @@ def test_a_rule_that_only_restates_the_request_before_the_evidence_is_dropped(tm
     assert bool(written) is learned, [(a.kind, a.reason) for a in actions]
     if learned:
         assert "easier version" in written[0].instructions
+
+
+class Namer(FixedExtract):
+    """The scripted model: one extracted skill, and ``answer`` to the naming prompt."""
+
+    def __init__(self, rules: list[str], name: str, answer: str):
+        super().__init__(rules, name=name, triggers=["draft the report"],
+                         sc={"expect": [{"evidence": "totals"}]})
+        self.answer = answer
+        self.named: list[str] = []
+
+    def _name(self, prompt: str) -> dict:
+        self.named.append(prompt)
+        return {"name": self.answer}
+
+
+REPORT_CHAT = [U("Draft the quarterly sales report for the regional board."), A("Here it is…"),
+               U("Put the totals in the first line, the board reads nothing else.")]
+
+
+@pytest.mark.parametrize("answer, named", [
+    ("Totals-first summaries", True),
+    ("Quarterly sales totals", False),  # the request's topic, which the rules never said
+    ("Put the totals in the first line because the board reads nothing else", False),  # a rule
+    ("Skill", False),  # generic
+    ("Totals for Harlow and Baines", False),  # names
+    ("Totals in 1 line", False),  # a number
+    ("首行写总数", False)])  # not the rules' language
+def test_a_name_cut_from_the_request_is_named_again_by_the_model_from_the_rules(
+        tmp_path, answer, named):
+    """The extracted name carried the request's topic ("Quarterly sales report format"): what
+    is left once the topic goes is no name, so the model names the skill from its rules when it
+    is written, and its answer counts only when it is a short name without that topic."""
+    model = Namer(["Put the totals in the first line"], "Quarterly sales report format", answer)
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(model)).run(
+        REPORT_CHAT)
+    written = [a.skill for a in actions if a.kind == "add"]
+    assert len(written) == 1 and len(model.named) == 1, [(a.kind, a.reason) for a in actions]
+    assert "Put the totals in the first line" in model.named[0]
+    assert "quarterly" not in model.named[0].lower()  # the prompt never shows the request
+    title = written[0].title
+    assert (title == answer) is named, title
+    assert "quarterly" not in title.lower() and "sales" not in title.lower()
+
+
+def test_the_models_own_name_and_the_tiny_tier_are_not_renamed(tmp_path):
+    model = Namer(["Put the totals in the first line"], "Totals first", "Other name")
+    actions = Pipeline(SkillBank(tmp_path / "a"), "default", LLMClient(model)).run(REPORT_CHAT)
+    assert [a.skill.title for a in actions if a.kind == "add"] == ["Totals first"]
+    tiny = Namer(["Put the totals in the first line"], "Quarterly sales report format", "X y")
+    tiny.tier = "tiny"
+    Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(tiny)).run(REPORT_CHAT)
+    assert model.named == [] and tiny.named == []

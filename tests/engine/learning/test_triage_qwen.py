@@ -199,3 +199,20 @@ def test_qwen_rewords_a_rule_without_the_requests_case(pipeline, rule, words):
 
     new = pipeline.reword(rule, words)
     assert new is not None and reworded(rule, new, content_tokens(" ".join(words))), new
+
+
+@pytest.mark.parametrize("description, rules", [
+    ("How the user wants job adverts written.",
+     ["Put the pay and the hours in the first line", "Keep it under 80 words"]),
+    ("用户的饮食限制", ["推荐菜谱时不要用花生和坚果"])])
+def test_qwen_names_a_skill_from_its_rules(pipeline, description, rules):
+    """The naming step (name.md) on the recommended model: a short name that passes
+    checks.good_name, in the rules' language, and not one of the rules."""
+    from engine.learning.candidate import Candidate
+    from engine.learning.checks import good_name
+    from engine.text import language
+
+    c = Candidate(name="x", description=description, constraints=rules)
+    name = pipeline.name_skill(c)
+    assert name is not None and good_name(name, c), name
+    assert name not in rules and language(name) == language(rules[0]), name
