@@ -344,8 +344,28 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     if not c.triggers:
         c.triggers = [c.name]
     c.triggers = dedupe(c.triggers)
-    c.tags = dedupe([t.lower() if language(t) == "en" else t for t in c.tags])
+    c.tags = skill_tags(c.tags, c.constraints)
     return None
+
+
+MAX_TAGS = 6
+
+
+def skill_tags(tags: list[str], rules: list[str], kept: Sequence[str] = ()) -> list[str]:
+    """``kept`` (a skill's own tags, as they are) and then those of ``tags`` that are labels in
+    the language of the ``rules`` (or a tool's name: "sql", "word"): one or two words, or at
+    most four Chinese characters, never a rule ("no flowery language" on a Chinese skill came
+    from a merge); English ones lowercased; MAX_TAGS in all."""
+    lang = language("\n".join(rules))
+    out = list(kept)
+    for t in tags:
+        t = " ".join(str(t).split()).strip(" #,;，；")
+        en = language(t) == "en"
+        cjk = sum("\u4e00" <= ch <= "\u9fff" for ch in t)
+        label = len(t.split()) <= 2 if en else 0 < cjk <= 4
+        if t and label and (language(t) == lang or named_tools(t) == {t.lower()}):
+            out.append(t.lower() if en else t)
+    return dedupe(out)[:max(MAX_TAGS, len(kept))]
 
 
 MAX_NAME_WORDS = 6  # English words of a skill's name (Chinese: MAX_NAME_CJK characters)
@@ -478,7 +498,8 @@ def union(existing: Candidate, new: Candidate) -> Candidate:
     return Candidate(name=existing.name, description=existing.description or new.description,
                      goal=existing.goal or new.goal, constraints=dedupe(rules)[:12],
                      workflow=steps, triggers=dedupe(existing.triggers + new.triggers)[:8],
-                     tags=dedupe(existing.tags + new.tags)[:8],
+                     tags=skill_tags(new.tags, existing.constraints + new.constraints,
+                                     kept=existing.tags),
                      examples=dedupe(existing.examples + new.examples)[:4],
                      level=existing.level, confidence=1.0,
                      extra_sections=existing.extra_sections)
@@ -531,7 +552,8 @@ def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
             notes.append(f"added new rule {clip(n, 60)!r}")
     merged.constraints = dedupe(rules)[:14]
     merged.triggers = dedupe(existing.triggers + merged.triggers + new.triggers)[:8]
-    merged.tags = dedupe(existing.tags + merged.tags)[:8]
+    merged.tags = skill_tags(merged.tags, merged.constraints or existing.constraints,
+                             kept=existing.tags)
     merged.examples = dedupe(existing.examples + new.examples)[:4]
     merged.name, merged.level = existing.name, existing.level
     merged.extra_sections = existing.extra_sections

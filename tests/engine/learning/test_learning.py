@@ -309,3 +309,25 @@ def test_scenario_file_is_big_enough_and_bilingual():
         json.dumps(s)
         for e in s["expect"]:
             assert e["keywords"] and e["outcome"] in ("add", "merge", "known")
+
+
+def test_tags_are_short_labels_in_the_skills_language_and_a_merge_keeps_the_skills_own():
+    """Seen importing a real session: a Chinese skill's tags grew to "formatting",
+    "no flowery language", "no fancy words" through its merges."""
+    said = "不要有幻觉，要用word格式、不用花里胡哨的表达。"
+    c = Candidate(name="公文写作要求", description="写作要求", constraints=["不要有幻觉", "用word格式"],
+                  tags=["写作", "formatting", "no flowery language", "SQL", "公文写作规范要求"],
+                  confidence=0.9)
+    assert vet_candidate(c, said) is None
+    assert c.tags == ["写作", "sql"]
+    existing = Candidate.from_skill(c.to_skill())
+    merged = Candidate(name="x", description="写作要求", constraints=["不要有幻觉", "用word格式",
+                                                                  "不用夸张的词"],
+                       tags=["no exaggeration", "文风"])
+    repair_merge(merged, existing, Candidate(name="y", description="d",
+                                             constraints=["不用夸张的词"]))
+    assert merged.tags == ["写作", "sql", "文风"]
+    en = Candidate(name="Code review", description="d", constraints=["Review the tests first"],
+                   tags=["Testing", "review tests before code", "代码"], confidence=0.9)
+    assert vet_candidate(en, "Review the tests first, always.") is None
+    assert en.tags == ["testing"]
