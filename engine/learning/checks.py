@@ -344,18 +344,20 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
     if not c.triggers:
         c.triggers = [c.name]
     c.triggers = dedupe(c.triggers)
-    c.tags = skill_tags(c.tags, c.constraints)
+    c.tags = skill_tags(c.tags, c.constraints, topic=c.topic)
     return None
 
 
 MAX_TAGS = 6
 
 
-def skill_tags(tags: list[str], rules: list[str], kept: Sequence[str] = ()) -> list[str]:
+def skill_tags(tags: list[str], rules: list[str], kept: Sequence[str] = (),
+               topic: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """``kept`` (a skill's own tags, as they are) and then those of ``tags`` that are labels in
-    the language of the ``rules`` (or a tool's name: "sql", "word"): one or two words, or at
-    most four Chinese characters, never a rule ("no flowery language" on a Chinese skill came
-    from a merge); English ones lowercased; MAX_TAGS in all."""
+    the language of the ``rules`` (or a tool's name: "sql"): one or two words, or at most four
+    Chinese characters, never a rule ("no flowery language" on a Chinese skill came from a
+    merge) and never the request's ``topic`` ("政府" on a skill learned while writing a
+    government report, as its triggers lose it); English ones lowercased; MAX_TAGS in all."""
     lang = language("\n".join(rules))
     out = list(kept)
     for t in tags:
@@ -363,7 +365,8 @@ def skill_tags(tags: list[str], rules: list[str], kept: Sequence[str] = ()) -> l
         en = language(t) == "en"
         cjk = sum("\u4e00" <= ch <= "\u9fff" for ch in t)
         label = len(t.split()) <= 2 if en else 0 < cjk <= 4
-        if t and label and (language(t) == lang or named_tools(t) == {t.lower()}):
+        if t and label and (language(t) == lang or named_tools(t) == {t.lower()}) \
+                and not _carries(t, set(topic)):
             out.append(t.lower() if en else t)
     return dedupe(out)[:max(MAX_TAGS, len(kept))]
 
@@ -553,7 +556,7 @@ def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
     merged.constraints = dedupe(rules)[:14]
     merged.triggers = dedupe(existing.triggers + merged.triggers + new.triggers)[:8]
     merged.tags = skill_tags(merged.tags, merged.constraints or existing.constraints,
-                             kept=existing.tags)
+                             kept=existing.tags, topic=case)
     merged.examples = dedupe(existing.examples + new.examples)[:4]
     merged.name, merged.level = existing.name, existing.level
     merged.extra_sections = existing.extra_sections

@@ -331,3 +331,6 @@ def test_tags_are_short_labels_in_the_skills_language_and_a_merge_keeps_the_skil
                    tags=["Testing", "review tests before code", "代码"], confidence=0.9)
     assert vet_candidate(en, "Review the tests first, always.") is None
     assert en.tags == ["testing"]
+    c = Candidate(name="见解", description="d", constraints=["内容犀利，要有自己的见解"],
+                  tags=["政府", "写作"], confidence=0.9, topic=frozenset({"政府"}))
+    assert vet_candidate(c, "内容犀利，要有自己的见解。") is None and c.tags == ["写作"]
