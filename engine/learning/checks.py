@@ -228,8 +228,10 @@ def reworded(old: str, new: str, case: set[str]) -> bool:
 def _without_topic(name: str, topic: set[str]) -> str:
     """``name`` less the request's topic, or "" when too little is left to name a skill.
     English drops the words carrying it and keeps two content words at least; Chinese drops
-    the characters of its bigrams ("律师函回复期限" less 律师/师函 is "回复期限") and keeps two
-    characters at least, never a clipped clause of a sentence."""
+    the characters of its bigrams ("律师函回复期限" less 律师/师函 is "回复期限") and keeps four
+    characters at least, about two words as in English (two characters are one word, most
+    often the bare verb or noun the topic was cut from: "撰写", "安排", "制作"), never a clipped
+    clause of a sentence."""
     if language(name) == "en":
         rest = " ".join(trim_words([w for w in name.split() if not _carries(w, topic)]))
         return rest if len(content_tokens(rest)) >= 2 and not _is_generic(rest) else ""
@@ -239,7 +241,7 @@ def _without_topic(name: str, topic: set[str]) -> str:
             cut |= {i, i + 1}
     rest = "".join(ch for i, ch in enumerate(name) if i not in cut).strip(
         " ，,、：:;；·-" + "".join(ZH_STOP))
-    return rest if sum("\u4e00" <= ch <= "\u9fff" for ch in rest) >= 2 and not _is_generic(
+    return rest if sum("\u4e00" <= ch <= "\u9fff" for ch in rest) >= 4 and not _is_generic(
         rest) else ""
 
 
@@ -375,24 +377,26 @@ MAX_NAME_WORDS = 6  # English words of a skill's name (Chinese: MAX_NAME_CJK cha
 MAX_NAME_CJK = 12  # about as long as six English words
 
 
-def good_name(name: str, c: Candidate) -> bool:
+def good_name(name: str, c: Candidate, examples: set[str] | frozenset[str] = frozenset()) -> bool:
     """Whether the model's ``name`` for ``c`` (:meth:`Pipeline.name_skill`) may be its name:
     short (a name, never a rule: at most MAX_NAME_WORDS words or MAX_NAME_CJK Chinese
     characters), not generic, no question, in the rules' language, with no number and no
     name of a person, place or product (a rule can still carry one the checks let through:
     "Compare Vodafone, BT and Sky"), and carrying none of the request's topic words that
-    ``c``'s own description and rules do not use."""
+    ``c``'s own description and rules do not use, nor any word of the prompt's ``examples``
+    that they do not use (copied from an example answer)."""
     name = name.strip()
-    if language(name) != language("\n".join(c.constraints)) or _NUM.search(name) \
-            or _specific(name, names_only=True) - content_tokens(" ".join(named_tools(name))):
-        return False
     cjk = sum("\u4e00" <= ch <= "\u9fff" for ch in name)
-    if not name or _is_generic(name) or is_question(name) or "\n" in name:
+    if not name or _is_generic(name) or is_question(name) or "\n" in name \
+            or language(name) != language("\n".join(c.constraints)):
         return False
     if cjk and not 2 <= cjk <= MAX_NAME_CJK or not cjk and len(name.split()) > MAX_NAME_WORDS:
         return False
+    if _NUM.search(name) or _specific(name, names_only=True) - content_tokens(
+            " ".join(named_tools(name))):
+        return False
     own = content_tokens("\n".join([c.description, *c.constraints]))
-    return not _carries(name, set(c.topic) - own)
+    return not _carries(name, (set(c.topic) | set(examples)) - own)
 
 
 def general_rules(rules: list[str], case: set[str],

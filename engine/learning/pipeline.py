@@ -11,6 +11,7 @@ on a tiny model the judge and the merge are rule-based, because its answers ther
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -371,7 +372,21 @@ class Pipeline:
             log.info("evolution: naming unavailable (%s)", exc)
             return None
         name = " ".join(str(out.get("name") or "").split()).strip(" .。")
-        return name if good_name(name, c) else None
+        return name if good_name(name, c, self._example_words("name", language(
+            "\n".join(c.constraints)))) else None
+
+    def _example_words(self, prompt: str, lang: str) -> set[str]:
+        """The words of the answers prompt ``prompt`` shows as examples: a small model copies
+        them into answers they do not fit (Qwen-1.5B named a Word-format writing skill
+        "word格式的菜谱推荐" after the example "无花生的菜谱推荐")."""
+        words: set[str] = set()
+        for role, text in self.llm.prompt(prompt, lang).messages:
+            if role == "assistant":
+                try:
+                    words |= content_tokens(" ".join(str(v) for v in json.loads(text).values()))
+                except (ValueError, AttributeError):
+                    continue
+        return words
 
     def _p_yes(self, name: str, field: str, **values: Any) -> float | None:
         """P("yes") of prompt ``name``, whose answer is ``{"<field>": "yes"|"no"}`` (one
@@ -438,7 +453,10 @@ class Pipeline:
         if c.name_cut and self.by_model:
             # a name cut out of the request's ("撰写" left of "政府报告撰写", "馈要求") or a
             # shortened rule ("Add a line about pasta and baked") is no name to browse by
-            c.name = self.name_skill(c) or c.name
+            new = self.name_skill(c)
+            if new:
+                c.triggers = [new if t == c.name else t for t in c.triggers]
+                c.name = new
         skill = c.to_skill(source="extracted", source_turns=[turn_id] if turn_id else [])
         written = self.bank.create(skill, self.user, source="extracted")
         self._refresh(written)

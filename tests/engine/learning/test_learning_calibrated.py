@@ -457,7 +457,8 @@ REPORT_CHAT = [U("Draft the quarterly sales report for the regional board."), A(
     ("Skill", False),  # generic
     ("Totals for Harlow and Baines", False),  # names
     ("Totals in 1 line", False),  # a number
-    ("首行写总数", False)])  # not the rules' language
+    ("首行写总数", False),  # not the rules' language
+    ("Totals-first notes for the team", False)])  # copied from the prompt's example answer
 def test_a_name_cut_from_the_request_is_named_again_by_the_model_from_the_rules(
         tmp_path, answer, named):
     """The extracted name carried the request's topic ("Quarterly sales report format"): what
