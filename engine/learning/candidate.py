@@ -48,9 +48,13 @@ class Candidate:
     # the user's message it came from: a merge asks the model whether it replaces a rule the
     # skill had (:meth:`Pipeline.replace_score`)
     said: str = ""
-    # the name is not a name the model gave: words cut out of it (the request's topic,
-    # checks.generalize) or a rule sentence shortened (rules.short_name); a model that can
-    # name it names it again from its rules when the skill is written (:meth:`Pipeline.add`)
+    # the name is not a name the model gave but Chinese cut by characters: the request's topic
+    # taken out of it (checks.generalize) or a rule clipped (rules.short_name); a model that
+    # can name it names it again from its rules when the skill is written (Pipeline.add).
+    # English cuts keep whole words (two content words at least, a rule's first four), and on
+    # the read splits Qwen's English renames were worse more often than better ("No credit
+    # card" -> "No payment options"); Chinese cuts leave a bare verb or half a word ("安排",
+    # "馈要求", "我膝盖做过半月")
     name_cut: bool = False
 
     @classmethod

@@ -276,7 +276,7 @@ def generalize(c: Candidate, turns: list[str], requests: Sequence[str] = ()) -> 
     if _carries(c.name, topic):
         new = _without_topic(c.name, topic)
         c.name = new if new else short_name(c.constraints[0])
-        c.name_cut = True
+        c.name_cut = language(c.name) != "en"  # cut by characters, not words
         notes.append("name made general")
     for attr in ("goal", "description"):
         if _carries(getattr(c, attr), topic):

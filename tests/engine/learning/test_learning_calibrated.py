@@ -435,9 +435,9 @@ def test_a_rule_that_only_restates_the_request_before_the_evidence_is_dropped(tm
 class Namer(FixedExtract):
     """The scripted model: one extracted skill, and ``answer`` to the naming prompt."""
 
-    def __init__(self, rules: list[str], name: str, answer: str):
-        super().__init__(rules, name=name, triggers=["draft the report"],
-                         sc={"expect": [{"evidence": "totals"}]})
+    def __init__(self, rules: list[str], name: str, answer: str, evidence: str = "总数"):
+        super().__init__(rules, name=name, triggers=["写报告"],
+                         sc={"expect": [{"evidence": evidence}]})
         self.answer = answer
         self.named: list[str] = []
 
@@ -446,41 +446,47 @@ class Namer(FixedExtract):
         return {"name": self.answer}
 
 
-REPORT_CHAT = [U("Draft the quarterly sales report for the regional board."), A("Here it is…"),
-               U("Put the totals in the first line, the board reads nothing else.")]
+REPORT_CHAT = [U("帮我起草季度销售报告，给区域董事会看的。"), A("好的……"),
+               U("总数放在第一行，董事会别的都不看。")]
 
 
 @pytest.mark.parametrize("answer, named", [
-    ("Totals-first summaries", True),
-    ("Quarterly sales totals", False),  # the request's topic, which the rules never said
-    ("Put the totals in the first line because the board reads nothing else", False),  # a rule
-    ("Skill", False),  # generic
-    ("Totals for Harlow and Baines", False),  # names
-    ("Totals in 1 line", False),  # a number
-    ("首行写总数", False),  # not the rules' language
-    ("Totals-first notes for the team", False)])  # copied from the prompt's example answer
+    ("总数优先的汇报", True),
+    ("季度销售总数", False),  # the request's topic, which the rules never said
+    ("总数放在第一行因为董事会别的都不看所以要放最前面", False),  # a rule, not a name
+    ("技能", False),  # generic
+    ("总数在第3行", False),  # a number
+    ("Totals first", False),  # not the rules' language
+    ("总数写法", False)])  # "写法" copied from the prompt's example answer ("周报写法")
 def test_a_name_cut_from_the_request_is_named_again_by_the_model_from_the_rules(
         tmp_path, answer, named):
-    """The extracted name carried the request's topic ("Quarterly sales report format"): what
-    is left once the topic goes is no name, so the model names the skill from its rules when it
-    is written, and its answer counts only when it is a short name without that topic."""
-    model = Namer(["Put the totals in the first line"], "Quarterly sales report format", answer)
+    """The extracted name carried the request's topic ("季度销售报告格式"): cut by characters,
+    what is left ("格式") is no name, so the model names the skill from its rules when it is
+    written, and its answer counts only when it is a short name without that topic."""
+    model = Namer(["总数放在第一行"], "季度销售报告格式", answer)
     actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(model)).run(
         REPORT_CHAT)
     written = [a.skill for a in actions if a.kind == "add"]
     assert len(written) == 1 and len(model.named) == 1, [(a.kind, a.reason) for a in actions]
-    assert "Put the totals in the first line" in model.named[0]
-    assert "quarterly" not in model.named[0].lower()  # the prompt never shows the request
+    assert "总数放在第一行" in model.named[0]
+    assert "销售" not in model.named[0]  # the prompt never shows the request
     title = written[0].title
     assert (title == answer) is named, title
-    assert "quarterly" not in title.lower() and "sales" not in title.lower()
+    assert "销售" not in title and "季度" not in title
 
 
-def test_the_models_own_name_and_the_tiny_tier_are_not_renamed(tmp_path):
-    model = Namer(["Put the totals in the first line"], "Totals first", "Other name")
+def test_the_models_own_name_english_cuts_and_the_tiny_tier_are_not_renamed(tmp_path):
+    model = Namer(["总数放在第一行"], "总数优先", "别的名字")
     actions = Pipeline(SkillBank(tmp_path / "a"), "default", LLMClient(model)).run(REPORT_CHAT)
-    assert [a.skill.title for a in actions if a.kind == "add"] == ["Totals first"]
-    tiny = Namer(["Put the totals in the first line"], "Quarterly sales report format", "X y")
+    assert [a.skill.title for a in actions if a.kind == "add"] == ["总数优先"]
+    english = Namer(["Put the totals in the first line"], "Quarterly sales report format",
+                    "Other name", evidence="totals")
+    actions = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(english)).run(
+        [U("Draft the quarterly sales report for the regional board."), A("Here it is…"),
+         U("Put the totals in the first line, the board reads nothing else.")])
+    titles = [a.skill.title for a in actions if a.kind == "add"]
+    assert len(titles) == 1 and "quarterly" not in titles[0].lower(), titles  # cut by words
+    tiny = Namer(["总数放在第一行"], "季度销售报告格式", "总数优先的汇报")
     tiny.tier = "tiny"
-    Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(tiny)).run(REPORT_CHAT)
-    assert model.named == [] and tiny.named == []
+    Pipeline(SkillBank(tmp_path / "c"), "default", LLMClient(tiny)).run(REPORT_CHAT)
+    assert model.named == [] and english.named == [] and tiny.named == []
