@@ -451,8 +451,8 @@ class Pipeline:
     # ------------------------------------------------------------------------------ write
     def add(self, c: Candidate, turn_id: str | None, reason: str) -> Action:
         if c.name_cut and self.by_model:
-            # a name cut out of the request's ("撰写" left of "政府报告撰写", "馈要求") or a
-            # shortened rule ("Add a line about pasta and baked") is no name to browse by
+            # a Chinese name cut by characters ("撰写" left of "政府报告撰写", "馈要求") or a
+            # clipped rule ("我膝盖做过半月") is no name to browse by
             new = self.name_skill(c)
             if new:
                 c.triggers = [new if t == c.name else t for t in c.triggers]
