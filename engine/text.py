@@ -38,6 +38,12 @@ def cjk_ratio(text: str) -> float:
     return sum(1 for c in letters if _CJK_RUN.fullmatch(c)) / len(letters)
 
 
+def cjk_count(text: str) -> int:
+    """The CJK characters of ``text`` (how long a Chinese name, tag or clause is: two
+    characters make about one word)."""
+    return sum(len(m) for m in _CJK_RUN.findall(text or ""))
+
+
 def language(text: str) -> str:
     """``"zh"`` when the text is mostly Chinese, else ``"en"`` (good enough for our checks)."""
     return "zh" if cjk_ratio(text) >= 0.3 else "en"

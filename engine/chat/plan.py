@@ -37,7 +37,7 @@ from engine import prompts
 from engine.errors import Cancelled, SkillDeskError
 from engine.learning.candidate import parse_body
 from engine.llm.structured import parse_and_validate
-from engine.text import clip, content_tokens, dedupe, language
+from engine.text import cjk_count, clip, content_tokens, dedupe, language
 
 log = logging.getLogger("skilldesk.plan")
 
@@ -72,7 +72,7 @@ def complexity(text: str) -> dict[str, int]:
     """The signals :func:`is_complex` uses: words/characters, step cues, clauses, list items."""
     t = " ".join((text or "").split())
     zh = language(t) == "zh"
-    size = sum(1 for c in t if "\u4e00" <= c <= "\u9fff") if zh else len(t.split())
+    size = cjk_count(t) if zh else len(t.split())
     cues = len(_ZH_CUES.findall(t)) + len(_EN_CUES.findall(t))
     clauses = sum(1 for part in _CLAUSE_SPLIT.split(t) if len(content_tokens(part)) >= 2)
     return {"size": size, "cues": cues, "clauses": clauses,
@@ -94,7 +94,7 @@ def instruction(text: str) -> str:
     if m is None:
         return text or ""
     head, rest = m.group(1), (text or "")[m.end(1) + 1:]
-    size = (sum(1 for c in head if "\u4e00" <= c <= "\u9fff") / 2 if language(head) == "zh"
+    size = (cjk_count(head) / 2 if language(head) == "zh"
             else len(head.split()))
     steps = complexity(rest)
     if size > MAX_HEAD_WORDS or steps["cues"] >= 1 or steps["items"] >= 2:

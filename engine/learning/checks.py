@@ -18,6 +18,7 @@ from engine.learning.candidate import Candidate
 from engine.learning.rules import is_question, named_tools, said_for_this_request
 from engine.text import (
     ZH_STOP,
+    cjk_count,
     clip,
     content_tokens,
     coverage,
@@ -241,7 +242,7 @@ def _without_topic(name: str, topic: set[str]) -> str:
             cut |= {i, i + 1}
     rest = "".join(ch for i, ch in enumerate(name) if i not in cut).strip(
         " ，,、：:;；·-" + "".join(ZH_STOP))
-    return rest if sum("\u4e00" <= ch <= "\u9fff" for ch in rest) >= 4 and not _is_generic(
+    return rest if cjk_count(rest) >= 4 and not _is_generic(
         rest) else ""
 
 
@@ -365,7 +366,7 @@ def skill_tags(tags: list[str], rules: list[str], kept: Sequence[str] = (),
     for t in tags:
         t = " ".join(str(t).split()).strip(" #,;，；")
         en = language(t) == "en"
-        cjk = sum("\u4e00" <= ch <= "\u9fff" for ch in t)
+        cjk = cjk_count(t)
         label = len(t.split()) <= 2 if en else 0 < cjk <= 4
         if t and label and (language(t) == lang or named_tools(t) == {t.lower()}) \
                 and not _carries(t, set(topic)):
@@ -386,7 +387,7 @@ def good_name(name: str, c: Candidate, examples: set[str] | frozenset[str] = fro
     ``c``'s own description and rules do not use, nor any word of the prompt's ``examples``
     that they do not use (copied from an example answer)."""
     name = name.strip()
-    cjk = sum("\u4e00" <= ch <= "\u9fff" for ch in name)
+    cjk = cjk_count(name)
     if not name or _is_generic(name) or is_question(name) or "\n" in name \
             or language(name) != language("\n".join(c.constraints)):
         return False

@@ -341,39 +341,35 @@ class Pipeline:
         gave no usable answer."""
         return self._p_yes("keep", "keep", user_turns=numbered(w.turns), rule=clip(rule, 200))
 
+    def _answer(self, prompt: str, field: str, **values: Any) -> str:
+        """The text field ``field`` of prompt ``prompt``'s structured answer, whitespace
+        folded; "" when the model gave no usable answer (that step only is skipped)."""
+        self.checkpoint()
+        try:
+            out = self.llm.structured(prompt, **values)
+        except Cancelled:
+            raise
+        except SkillDeskError as exc:
+            log.info("evolution: %s unavailable (%s)", prompt, exc)
+            return ""
+        return " ".join(str(out.get(field) or "").split())
+
     def reword(self, rule: str, words: list[str]) -> str | None:
         """``rule`` said without ``words``, the details of the one request it came from
         (``reword.md``; :func:`checks.general_rules` checks the answer). None when the model
         gave no usable answer."""
-        self.checkpoint()
-        try:
-            out = self.llm.structured("reword", rule=clip(rule, 200),
-                                      details=", ".join(words[:6]))
-        except Cancelled:
-            raise
-        except SkillDeskError as exc:
-            log.info("evolution: reword unavailable (%s)", exc)
-            return None
-        return str(out.get("rule") or "").strip() or None
+        return self._answer("reword", "rule", rule=clip(rule, 200),
+                            details=", ".join(words[:6])) or None
 
     def name_skill(self, c: Candidate) -> str | None:
         """A name for ``c`` from its description and rules alone (``name.md``, ``name.zh.md``
         for Chinese rules), which never saw the request; None when the answer is unusable or
         fails :func:`checks.good_name`."""
-        self.checkpoint()
-        try:
-            out = self.llm.structured("name", lang=language("\n".join(c.constraints)),
-                                      description=clip(c.description, 200),
-                                      rules="\n".join(f"- {clip(r, 160)}"
-                                                      for r in c.constraints[:6]))
-        except Cancelled:
-            raise
-        except SkillDeskError as exc:
-            log.info("evolution: naming unavailable (%s)", exc)
-            return None
-        name = " ".join(str(out.get("name") or "").split()).strip(" .。")
-        return name if good_name(name, c, self._example_words("name", language(
-            "\n".join(c.constraints)))) else None
+        lang = language("\n".join(c.constraints))
+        name = self._answer("name", "name", lang=lang, description=clip(c.description, 200),
+                            rules="\n".join(f"- {clip(r, 160)}" for r in c.constraints[:6]))
+        name = name.strip(" .。")
+        return name if good_name(name, c, self._example_words("name", lang)) else None
 
     def _example_words(self, prompt: str, lang: str) -> set[str]:
         """The words of the answers prompt ``prompt`` shows as examples: a small model copies

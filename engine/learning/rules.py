@@ -179,7 +179,7 @@ def rule_extract(w: Window) -> list[Candidate]:
     level = "atomic" if named_tools(" ".join(rules)) else "functional"
     c = Candidate(name=name, description=clip("; ".join(rules), 200), goal=clip(rules[0], 200),
                   constraints=rules[:6], triggers=triggers + [name], tags=[], level=level,
-                  confidence=0.6, level_guessed=True, name_cut=lang != "en")
+                  confidence=0.6, level_guessed=True, name_cut=language(name) != "en")
     return [c]
 
 
