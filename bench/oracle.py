@@ -107,6 +107,7 @@ class OracleLLM:
         kind = ("extract" if "skills" in props else "judge" if "action" in props
                 else "rewrite" if "query" in props else "reword" if "rule" in props
                 else "name" if props == {"name"}
+                else "quote" if "sentence" in props
                 else "triage" if "kind" in props
                 else "filter" if "use" in props else "merge")
         self.calls.append(kind)
@@ -146,6 +147,16 @@ class OracleLLM:
             if e.get("name") and any(normalize(r) in shown for r in e.get("constraints") or []):
                 return {"name": e["name"]}
         return {"name": "skill"}
+
+    def _quote(self, prompt: str) -> dict[str, Any]:
+        """The numbered sentence that says most of an expected item's rule; "0" when none
+        does (an evidence phrase such as "meeting minutes" is in the request too)."""
+        shown = prompt.rsplit("Sentences:", 1)[-1]
+        for i, sent in re.findall(r"^(\d+)\.\s+(.+)$", shown, re.M):
+            if any(coverage(r, sent) >= 0.5 for e in self.expect
+                   for r in e.get("constraints") or []):
+                return {"sentence": str(i)}
+        return {"sentence": "0"}
 
     def _triage(self, prompt: str) -> dict[str, Any]:
         """Durable when an expected item's evidence is in the user turns shown."""

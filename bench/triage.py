@@ -69,6 +69,7 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     ``extract``, every scored turn also gets ``pe``: extraction's P(a skill) — also on the
     turns triage stops, to see what extraction's score alone would decide (:func:`extract_table`)."""
     from engine.learning import triage
+    from engine.learning.pipeline import earlier_requests
 
     msgs, rows = sc["messages"], []
     for k, m in enumerate(msgs):
@@ -90,7 +91,8 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                "cued": bool(passed) and not seen, "p": seen[0][0] if seen else None,
                "s": seen[0][1] if seen else 0.0}
         if extract and passed:
-            row["pe"] = pipe.extract_score(pipe.extract_values(passed[-1]))
+            earlier = earlier_requests(msgs[:k + 1], passed[-1])  # as Pipeline.run reads them
+            row["pe"] = pipe.extract_score(pipe.extract_values(passed[-1], earlier))
             if rules and row["pe"] is not None and let_through(row):
                 row["rules"] = score_rules(pipe, sc, passed[-1])
         rows.append(row)

@@ -31,7 +31,7 @@ from engine.learning.checks import (
 )
 from engine.learning.events import Action
 from engine.learning.judge import Neighbour, judge_llm, judge_rule, skill_text
-from engine.learning.rules import own_sentence, rule_extract
+from engine.learning.rules import own_sentence, rule_extract, statements
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.text import (
@@ -71,6 +71,16 @@ TRIAGE_SURE_P = 0.9
 # A merge drops a rule the skill had when the model's P(the user's new message means it must
 # no longer be followed) reaches this (``replace.md``; `skilldesk bench replace`).
 REPLACE_MIN_P = 0.7
+# The quote step (:meth:`Pipeline.quote`) counts the sentence the model points at when its P
+# reaches QUOTE_MIN_P (a majority), and runs only after a cue word or where triage's P(durable)
+# reached QUOTE_TRIAGE_P: a rescue of rules the model could not ground asks for surer evidence
+# than a write does. Pooled over the read splits fresh10-16 (317 scored turns, 110 durable,
+# `skilldesk bench triage`): at 0.6 triage lets 54% of the durable turns and 10% of the others
+# through, at the write bar (0.42) 95% and 33%. On the 31 read scenarios that reach the step,
+# the tweaks it turned into skills ("make it funnier", "two or three plain lines") scored
+# 0.49-0.56 there, the three personas it saved 0.61-0.66.
+QUOTE_MIN_P = 0.5
+QUOTE_TRIAGE_P = 0.6
 Search = Callable[[str, int], list[Neighbour]]
 
 
@@ -149,6 +159,8 @@ class Pipeline:
                     # the model's keep check save its own wording (on fresh3 it kept "将信息分
                     # 成小块" where the user's sentence asked for questions and answers)
                     own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
+                    if own is None and by_model:
+                        own = self.quote(w, requests)
                     c.constraints = [own] if own is not None else said
                     why = vet_candidate(c, w.user_text, w.assistant_text, texts,
                                         None if own is not None else keep, context=requests,
@@ -323,6 +335,44 @@ class Pipeline:
             log.info("evolution: extraction score unavailable (%s)", exc)
             return None
         return 1.0 - probs["none"]
+
+    # ------------------------------------------------------------------------------ quote
+    def quote(self, w: triage.Window, requests: Sequence[str] = ()) -> str | None:
+        """The sentence of the window's evidence turns that says what the user wants to last,
+        picked by the model (``quote.md``: its number, or 0 for none), where the model's own
+        rules paraphrased the user beyond grounding and no sentence of theirs shares the
+        rules' words (Qwen-1.5B wrote "Use a calm, soothing tone" for "Talk to me like a
+        hushed nature documentary narrator…"). The user's sentence is grounded by
+        construction; it counts when its probability reaches :data:`QUOTE_MIN_P` (read after
+        ``{"sentence": "``, one forward pass); None otherwise."""
+        if all(c.startswith("model:") for c in w.cues) and max(
+                (self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0) < QUOTE_TRIAGE_P:
+            return None  # triage let the turn through, but not surely enough for a rescue
+        # a Chinese sentence runs clauses together with "，" ("我是开小卖部的，你给我打个生活里的
+        # 比方，讲得跟家常话一样"): each clause is an option, so the rule is not the whole of it
+        sents = [c for s in statements([t.text for t in w.turns[w.focus:]])
+                 for c in (x.strip() for x in s.split("，")) if c][:9]
+        if not sents:
+            return None
+        said = " / ".join(clip(scrub(t), 160) for t in requests[-2:])
+        label = self.llm.prompt("quote").extra.get("earlier", "")
+        options = {str(i): str(i) for i in range(len(sents) + 1)}
+        self.checkpoint()
+        try:
+            probs = self.llm.score(
+                "quote", '{"sentence": "', options, lambda out: str(out.get("sentence")),
+                context=f"{label}: {said}\n" if said else "",
+                sentences="\n".join(f"{i}. {clip(scrub(s), 300)}"
+                                    for i, s in enumerate(sents, 1)))
+        except Cancelled:
+            raise
+        except (SkillDeskError, ValueError) as exc:
+            log.info("evolution: quote unavailable (%s)", exc)
+            return None
+        best = max(probs, key=probs.get)
+        log.info("evolution: quote %s P %.3f of %d (%s)", best, probs[best], len(sents),
+                 clip(sents[int(best) - 1], 80) if best != "0" else "none")
+        return sents[int(best) - 1] if best != "0" and probs[best] >= QUOTE_MIN_P else None
 
     # ------------------------------------------------------------------------------ keep
     def keeper(self, w: triage.Window) -> Callable[[str], float | None] | None:

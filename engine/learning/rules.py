@@ -260,12 +260,20 @@ def own_sentence(rules: list[str], turns: list[str]) -> str | None:
     grounded ("不推荐辣的食物" for "我完全不能吃辣"): the user's sentence is grounded by definition."""
     said = _overlap_tokens("\n".join(rules))
     best, best_n = None, 1
+    for sent in statements(turns):
+        n = len(_overlap_tokens(sent) & said)
+        if n > best_n:
+            best, best_n = sent, n
+    return best
+
+
+def statements(turns: list[str]) -> list[str]:
+    """The sentences of ``turns`` that could state a rule: quotes taken out, questions left
+    out (a question is a request, never a rule)."""
+    out = []
     for turn in turns:
         for m in _SENTENCE.finditer(turn):
             sent = _QUOTED.sub(" ", m[0]).strip(" ,;；")
-            if not sent or _QUESTION.search(sent):
-                continue
-            n = len(_overlap_tokens(sent) & said)
-            if n > best_n:
-                best, best_n = sent, n
-    return best
+            if sent and not _QUESTION.search(sent):
+                out.append(sent)
+    return out

@@ -328,6 +328,73 @@ def test_the_users_own_sentence_comes_before_the_models_keep_check(tmp_path):
         assert [a.kind for a in actions] == kinds and "keep" in llm.calls
 
 
+class QuoteScored(FixedExtract):
+    """FixedExtract on a backend that reads token scores: triage says durable with
+    probability ``p_triage``, extraction "a skill", the keep check no, and the quote step
+    (quote.md) points at the option whose text holds ``word`` with probability ``p_quote``."""
+
+    def __init__(self, rules, word, p_quote, p_triage=0.9, **kw):
+        super().__init__(rules, **kw)
+        self.word, self.p_quote, self.p_triage = word, p_quote, p_triage
+        self.options: list[str] = []
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        if prefix.startswith('{"sentence"'):
+            self.calls.append("quote")
+            shown = messages[-1]["content"].rsplit("Sentences:", 1)[1].strip().splitlines()
+            self.options = [line.split(". ", 1)[1] for line in shown]
+            pick = next(str(i) for i, o in enumerate(self.options, 1) if self.word in o)
+            rest = (1 - self.p_quote) / (len(options) - 1)
+            return {o: math.log(self.p_quote if o == pick else rest) for o in options}
+        if prefix.startswith('{"kind"'):
+            return {o: math.log(1 - self.p_triage if o == "none" else self.p_triage / 6)
+                    for o in options}
+        if prefix.startswith('{"keep"'):
+            self.calls.append("keep")
+            return {o: math.log(0.1 if o == "yes" else 0.9) for o in options}
+        return {o: math.log(0.01 if o == " []" else 0.99) for o in options}  # extraction
+
+
+PERSONA = [U("How do I keep basil alive on a windowsill?"), A("Water it when the soil is dry."),
+           U("Dull. Explain things to me like an overexcited sports commentator. "
+             "Whatever I ask, I want that voice.")]
+
+
+@pytest.mark.parametrize("p_quote,p_triage,rule", [
+    (0.8, 0.9, "Explain things to me like an overexcited sports commentator."),
+    (0.4, 0.9, None),    # the model is not sure which sentence: the paraphrase goes
+    (0.8, 0.5, None)])   # triage let the turn through, but not surely: no rescue is asked
+def test_a_paraphrased_persona_is_the_users_sentence_the_model_points_at(
+        tmp_path, p_quote, p_triage, rule):
+    """The model's rule lost what the user asked for ("Use an energetic tone" for a sports
+    commentator) and shares no two words with any sentence of theirs: the quote step picks
+    the user's own sentence, which is grounded by construction; questions are no option."""
+    llm = QuoteScored(["Use an energetic, upbeat tone"], "commentator", p_quote, p_triage,
+                      name="Energetic tone")
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        PERSONA, "turn")
+    if rule is None:
+        assert [a.kind for a in actions] == ["discard"]
+        assert ("quote" in llm.calls) == (p_triage >= 0.6)
+        return
+    assert [a.kind for a in actions] == ["add"] and "quote" in llm.calls
+    assert rule in actions[0].skill.instructions
+    assert "basil" not in actions[0].skill.instructions.lower()
+    assert llm.options == ["Dull.", rule, "Whatever I ask, I want that voice."]
+
+
+def test_the_quote_step_offers_each_chinese_clause_alone(tmp_path):
+    """A Chinese sentence runs clauses together with "，": each is an option, so the rule is
+    the clause that says it, not the personal detail beside it."""
+    said = [U("复利是什么意思？"), A("复利就是利滚利。"),
+            U("听不懂。我是开网店的，你给我打个生活里的比方，讲得跟聊天一样。")]
+    llm = QuoteScored(["用简单易懂的语言解释"], "比方", 0.8, name="通俗解释")
+    [add] = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(said, "turn")
+    assert llm.options == ["听不懂。", "我是开网店的", "你给我打个生活里的比方", "讲得跟聊天一样。"]
+    assert add.kind == "add" and "你给我打个生活里的比方" in add.skill.instructions
+    assert "网店" not in add.skill.instructions
+
+
 @pytest.mark.parametrize("split", [s for s in SPLITS if s.startswith("fresh")])
 def test_the_fresh_sets_load_by_split_and_cover_what_the_issue_names(split):
     from bench.learning_scenarios import load_scenarios

@@ -218,3 +218,22 @@ def test_qwen_names_a_skill_from_its_rules(pipeline, description, rules):
     name = pipeline.name_skill(c)
     assert name is not None and good_name(name, c), name
     assert name not in rules and language(name) == language(rules[0]), name
+
+
+def test_qwen_quote_points_at_the_persona_sentence_and_at_none_for_a_tweak(pipeline):
+    """The quote step (quote.md) on the recommended model, where its paraphrase of the user
+    could not be grounded: of a persona turn it picks the sentence naming the voice (not the
+    opener, not the "whatever I ask" one); of a tweak of the last answer, nothing."""
+    from engine.learning import triage
+
+    def quote(*said: str) -> str | None:
+        turns = triage.user_turns([{"role": "user", "content": s} for s in said])
+        w = triage.Window(turns=turns, cues=["test"], focus=len(turns) - 1)  # no triage bar
+        return pipeline.quote(w, list(said[:-1]))
+
+    persona = quote("How do I get limescale off a shower head?",
+                    "Meh. Explain it like an overexcited horse racing commentator. "
+                    "Whatever I ask, that's how I want you to answer.")
+    assert persona is not None and "commentator" in persona
+    assert quote("Write a leaving card message for my colleague Ruth.",
+                 "Too stiff. Warmer than that, and mention her allotment.") is None
