@@ -82,6 +82,11 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
         if named is not None and named != target:
             reason += f" (its reason names skill #{named}, not #{target}: #{named} is used)"
             target = named
+        asked_for = what_was_asked(same, asked, conversation)
+        if asked_for is not None and asked_for != target:
+            reason += (f" (#{asked_for} is the task that was asked for, not #{target}: "
+                       f"#{asked_for} is used)")
+            target = asked_for
         n = same[target - 1]
         theirs = Candidate.from_skill(n.skill)
         mine_tools, their_tools = named_tools(c.text), named_tools(theirs.text)
@@ -153,6 +158,25 @@ def said_here(skill: Candidate, conversation: str) -> bool:
     said = content_tokens(conversation)
     return bool(skill.constraints) and sum(
         coverage(r, said) >= GROUNDING for r in skill.constraints) * 2 >= len(skill.constraints)
+
+
+def what_was_asked(shown: list[Neighbour], asked: str, conversation: str = "") -> int | None:
+    """The number of the one shown skill whose task words (name, triggers, tags) the request
+    the rule was said for shares most, more than any other shown skill does ("帮我起草一封律师
+    函" and "律师函" beside "咨询回复"; "Daily diary for Ollie please" and "Daily diaries" beside
+    "Closure notices"), or None. None too when that skill may have been learned from this
+    ``conversation`` (:func:`said_here`): its task words are in the request because it was
+    learned from it. Qwen2.5-Coder-1.5B, shown the request, still merged into a look-alike
+    (read merge scenarios: the reply deadline of a lawyer's letter went into "咨询回复", a
+    section for accidents into "Closure notices"); the merge itself stands, its target is the
+    task asked for."""
+    words = content_tokens(asked)
+    scores = [len(task_words(Candidate.from_skill(n.skill)) & words) for n in shown]
+    best = max(scores, default=0)
+    if not best or scores.count(best) > 1:
+        return None
+    i = scores.index(best)
+    return None if said_here(Candidate.from_skill(shown[i].skill), conversation) else i + 1
 
 
 def named_in_reason(reason: str, shown: list[Neighbour]) -> int | None:

@@ -712,6 +712,44 @@ def test_a_second_tasks_rule_is_not_merged_into_the_skill_this_chat_wrote_for_th
     assert done.skill.id != slips.id
 
 
+class MergesIntoTitle(StatedConstraint):
+    """Extraction answers one fixed skill; the judge merges it into the shown skill titled
+    ``title`` (a look-alike), giving a reason that names no skill."""
+
+    def __init__(self, rules, title, **kw):
+        super().__init__(rules, **kw)
+        self.title = title
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "action" in set(schema.get("properties") or {}):
+            shown = messages[-1]["content"].split("EXISTING:", 1)[-1]
+            target = next(int(line.split(".", 1)[0]) for line in shown.strip().splitlines()
+                          if line[:1].isdigit() and self.title in line)
+            return {"action": "merge", "target": target, "reason": "same task; adds a line"}
+        return super().structured(messages, schema, params, cancel)
+
+
+@pytest.mark.parametrize("request_turn, home", [
+    ("Write a repair quote for the Hendersons' boiler service.", "Repair quotes"),
+    # the request names both tasks as much: the judge's pick stands
+    ("Reply to this customer about the boiler repair.", "Customer replies")])
+def test_a_judges_merge_goes_to_the_skill_the_request_asked_for_not_a_look_alike(
+        tmp_path, request_turn, home):
+    bank = SkillBank(tmp_path / "bank")
+    for name, rule, trigger in (("Repair quotes", "List parts and labour apart, then the date",
+                                 "write a repair quote"),
+                                ("Customer replies", "Give a date when the work is done",
+                                 "reply to this customer")):
+        bank.create(Candidate(name=name, description=f"{name}.", constraints=[rule],
+                              triggers=[trigger]).to_skill(), "default")
+    said = [U(request_turn), A("Here it is…"),
+            U("End with the date the price is good until, people come back months later.")]
+    model = MergesIntoTitle(["End with the date the price is valid until"],
+                            "Customer replies", name="Validity date", triggers=["add a date"])
+    done = written(bank, said, model)
+    assert done.kind == "merge" and done.skill.title == home, done.reason
+
+
 def test_the_skill_a_judges_reason_names_wins_over_a_number_that_points_elsewhere():
     from engine.learning.judge import Neighbour, named_in_reason
 
