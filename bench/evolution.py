@@ -122,6 +122,7 @@ def run_scenarios(worker: Any, embedder: Any, scenarios: list[dict], *, policy: 
                 actions = []
                 msgs = sc["messages"]
                 c0, t0 = pipe.llm.stats.calls, time.perf_counter()
+                turn_of: list[int] = []  # the message index each action was learned at
                 if mode == "conversation":
                     actions += queue.run(msgs, mode="conversation").actions
                 for k, m in enumerate(msgs if mode == "turn" else []):
@@ -130,6 +131,7 @@ def run_scenarios(worker: Any, embedder: Any, scenarios: list[dict], *, policy: 
                     end = k + 2 if k + 1 < len(msgs) and msgs[k + 1]["role"] == "assistant" \
                         else k + 1
                     actions += queue.run(msgs[:end], mode="turn", turn_id=f"{sc['id']}-{k}").actions
+                    turn_of += [k] * (len(actions) - len(turn_of))
                 secs += time.perf_counter() - t0
                 calls += pipe.llm.stats.calls - c0
                 for step, ts in pipe.llm.stats.by_step.items():
@@ -145,7 +147,7 @@ def run_scenarios(worker: Any, embedder: Any, scenarios: list[dict], *, policy: 
         total.add(s)
         per.append({"id": sc["id"], "passed": bool(s.passed), "notes": s.notes,
                     "actions": [(a.kind, a.reason, a.candidate.summary() if a.candidate else "")
-                                for a in actions]})
+                                for a in actions], "turns": turn_of})
         log(f"  {sc['id']:<28} {'ok ' if s.passed else 'FAIL'} {'; '.join(s.notes)[:90]}")
     return {"score": total, "scenarios": per, "turns": turns, "calls": calls, "seconds": secs,
             "step_calls": step_calls, "oneoffs": sum(1 for sc in scenarios if not sc["expect"]),

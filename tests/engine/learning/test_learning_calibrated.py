@@ -395,6 +395,38 @@ def test_the_quote_step_offers_each_chinese_clause_alone(tmp_path):
     assert "网店" not in add.skill.instructions
 
 
+class OpeningScored(QuoteScored):
+    """QuoteScored whose quote step answers "no sentence is meant to last" with P
+    ``p_none`` (the rest spread over the sentences)."""
+
+    def __init__(self, rules, p_none, p_triage, **kw):
+        super().__init__(rules, "", 0.0, p_triage, **kw)
+        self.p_none = p_none
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        if prefix.startswith('{"sentence"'):
+            self.calls.append("quote")
+            rest = (1 - self.p_none) / (len(options) - 1)
+            return {o: math.log(self.p_none if o == "0" else rest) for o in options}
+        return super().choice_logprobs(messages, prefix, options, cancel)
+
+
+OPENING = "Why is my sourdough so dense? I bake it at 200 degrees in a fan oven."
+
+
+@pytest.mark.parametrize("history, p_triage, learned", [
+    ([], 0.6, False),   # the opening: P(nothing lasts) 0.8 outweighs triage's 0.6
+    ([], 0.9, True),    # triage's 0.9 outweighs it
+    ([U("Can you help with my baking?"), A("Of course.")], 0.6, True)])  # not the opening
+def test_an_opening_message_triage_let_through_goes_on_only_when_triage_outweighs_the_check(
+        tmp_path, history, p_triage, learned):
+    llm = OpeningScored(["Bake sourdough at 200 degrees"], 0.8, p_triage, name="Oven heat")
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        [*history, U(OPENING)], "turn")
+    assert ("extract" in llm.calls) == learned, (llm.calls, [a.reason for a in actions])
+    assert ("quote" in llm.calls) == (not history)
+
+
 @pytest.mark.parametrize("split", [s for s in SPLITS if s.startswith("fresh")])
 def test_the_fresh_sets_load_by_split_and_cover_what_the_issue_names(split):
     from bench.learning_scenarios import load_scenarios

@@ -11,7 +11,7 @@ import pytest
 
 from engine.bank.store import SkillBank
 from engine.learning import Pipeline
-from engine.learning.triage import user_turns
+from engine.learning.triage import DURABLE_MIN_P, user_turns
 from engine.llm.base import GenParams
 from engine.llm.client import LLMClient
 from engine.llm.llama_backend import LlamaCppBackend
@@ -237,3 +237,24 @@ def test_qwen_quote_points_at_the_persona_sentence_and_at_none_for_a_tweak(pipel
     assert persona is not None and "commentator" in persona
     assert quote("Write a leaving card message for my colleague Ruth.",
                  "Too stiff. Warmer than that, and mention her allotment.") is None
+
+
+
+def test_qwen_opening_check_stops_a_question_triage_let_through_but_not_a_stated_fact(
+        pipeline):
+    """The opening message's second look (quote.md as a check on triage's yes): a question
+    about the user's plant, which triage lets through (P 0.54 when written), goes no further
+    when the model's P(no sentence is meant to last) outweighs triage's P; a firm fact
+    beside a request goes on, and so does the question as a later turn (checked only on
+    openings)."""
+    basil = "My basil smells of aniseed now and the leaves are going black at the edges. " \
+            "Did I overwater it?"
+    coeliac = "Plan three dinners for this week. I'm coeliac, so everything has to be " \
+              "gluten-free, no exceptions."
+    pipeline.opening = 0
+    turn = lambda s: user_turns([{"role": "user", "content": s}])  # noqa: E731
+    assert pipeline.triage_score(turn(basil))[0] >= DURABLE_MIN_P
+    assert pipeline._triage(turn(basil)) is None
+    assert pipeline._triage(turn(coeliac)) is not None
+    pipeline.opening = -1  # the same message later in a conversation: triage alone
+    assert pipeline._triage(turn(basil)) is not None
