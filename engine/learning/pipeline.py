@@ -116,6 +116,7 @@ class Pipeline:
         self.top_m = top_m
         self.triaged: dict[int, float] = {}
         self.opening = -1  # the index of the conversation's first user message
+        self.quoted: dict[tuple, list[float] | None] = {}  # quote answers of this run
         self.said = ""  # the user's turns of the conversation being learned from
 
     # ------------------------------------------------------------------------------ the run
@@ -125,6 +126,7 @@ class Pipeline:
         self.checkpoint = checkpoint or (lambda: None)
         self.triaged = {}  # message index -> triage's P(durable), for extraction
         self.opening = next((i for i, m in enumerate(messages) if m.get("role") == "user"), -1)
+        self.quoted = {}
         self.said = "\n".join(t.text for t in triage.user_turns(messages))  # said_here
         actions: list[Action] = []
         decide = self._triage if self.policy.get("triage") == "llm" and self.llm is not None \
@@ -241,7 +243,6 @@ class Pipeline:
         # lasting ("Why does my sourdough come out flat?", "Training plan for the under-9s
         # please: …"); on later turns (tweaks, follow-ups, formats asked again) its pointing
         # separates no better than triage (read fresh10-16: AUC 0.57 vs 0.64), so it is not
-        # asked there
         # asked there. The two reads are averaged, as triage's own two are: the opening goes
         # on when P(durable) outweighs P(no sentence is meant to last). On the openings
         # triage let through (read fresh10-16: 26 holding a lasting rule, 21 not) P(none) had
@@ -390,6 +391,12 @@ class Pipeline:
         if not sents:
             return None
         said = " / ".join(clip(scrub(t), 160) for t in requests[-2:])
+        key = (tuple(sents), said)  # an opening's check and its rescue ask the same prompt
+        if key not in self.quoted:
+            self.quoted[key] = self._quote_scores(sents, said)
+        return self.quoted[key]
+
+    def _quote_scores(self, sents: list[str], said: str) -> list[float] | None:
         label = self.llm.prompt("quote").extra.get("earlier", "")
         self.checkpoint()
         try:

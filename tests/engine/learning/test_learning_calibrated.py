@@ -589,3 +589,14 @@ def test_the_models_own_name_english_cuts_and_the_tiny_tier_are_not_renamed(tmp_
     tiny.tier = "tiny"
     Pipeline(SkillBank(tmp_path / "c"), "default", LLMClient(tiny)).run(REPORT_CHAT)
     assert model.named == [] and english.named == [] and tiny.named == []
+
+
+def test_an_openings_check_and_its_rescue_ask_the_model_once(tmp_path):
+    """The opening's second look and the quote rescue read the same prompt: one call."""
+    llm = QuoteScored(["Use an energetic, upbeat tone"], "commentator", 0.8, 0.9,
+                      name="Energetic tone")
+    [add] = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        [U("Talk to me like an overexcited sports commentator. Whatever I ask, I want that "
+           "voice.")], "turn")
+    assert add.kind == "add" and "sports commentator" in add.skill.instructions
+    assert llm.calls.count("quote") == 1
