@@ -89,6 +89,7 @@ def _desk(root: Path, embedder: Any, worker: Any):
 def learn(desk: Any, items: list[dict[str, Any]], log=print) -> dict[str, Any]:
     """Step 1: every preference in its own conversation; which skills each one wrote."""
     own: dict[int, set[str]] = {}
+    names: dict[int, set[str]] = {}  # the same skills by name (what the self-filter reports)
     kinds: dict[str, int] = {}
     why: list[dict[str, Any]] = []  # per preference: what learning did and why
     calls, t0 = 0, time.perf_counter()
@@ -96,12 +97,14 @@ def learn(desk: Any, items: list[dict[str, Any]], log=print) -> dict[str, Any]:
         report = desk.ingest([{"role": "user", "content": d["preference"]},
                               {"role": "assistant", "content": ACK}], wait=True)
         calls += report.llm_calls
-        ids = set()
+        ids, named = set(), set()
         for a in report.actions:
             kinds[a.kind] = kinds.get(a.kind, 0) + 1
             if a.kind in ("add", "merge") and a.skill is not None:
                 ids.add(a.skill.id)
+                named.add(a.skill.name)
         own[d["_index"]] = ids
+        names[d["_index"]] = named
         why.append({"item": d["_index"], "preference": d["preference"],
                     "actions": [[a.kind, a.step, a.reason, a.skill.title if a.skill else "",
                                  a.candidate.constraints if a.candidate else []]
@@ -109,14 +112,16 @@ def learn(desk: Any, items: list[dict[str, Any]], log=print) -> dict[str, Any]:
         if n % 10 == 0 or n == len(items):
             log(f"  learned {n}/{len(items)}: {kinds}")
     secs = time.perf_counter() - t0
-    return {"own": own, "actions": kinds, "why": why, "seconds": secs, "calls": calls,
+    return {"own": own, "names": names, "actions": kinds, "why": why, "seconds": secs, "calls": calls,
             "skills": len(desk.bank.load("default", scope="user").skills)}
 
 
 def ask(desk: Any, items: list[dict[str, Any]], condition: str, params: Any,
-        own: dict[int, set[str]] | None = None, log=print) -> dict[str, Any]:
-    """Step 2: each question in a new conversation, ``learn=False``; accuracy and injections."""
-    right = own_hits = others = unparsed = 0
+        own: dict[int, set[str]] | None = None, names: dict[int, set[str]] | None = None,
+        log=print) -> dict[str, Any]:
+    """Step 2: each question in a new conversation, ``learn=False``; accuracy and injections
+    (and how often the item's own skill was retrieved but dropped by the self-filter)."""
+    right = own_hits = own_filtered = others = unparsed = 0
     answers = []
     t0 = time.perf_counter()
     for d in items:
@@ -131,14 +136,18 @@ def ask(desk: Any, items: list[dict[str, Any]], condition: str, params: Any,
         ids = {i.id for i in r.injected}
         mine = (own or {}).get(d["_index"], set())
         own_hits += bool(ids & mine)
+        own_filtered += not ids & mine and bool(set(r.filtered_out) & (names or {}).get(
+            d["_index"], set()))
         others += len(ids - mine)
         answers.append({"index": d["_index"], "letter": letter, "right": ok,
-                        "injected": sorted(i.title for i in r.injected)})
+                        "injected": sorted(i.title for i in r.injected),
+                        "filtered_out": sorted(r.filtered_out)})
         if len(answers) % 10 == 0:
             log(f"  {condition}: {len(answers)}/{len(items)} asked, {right} right, "
                 f"{(time.perf_counter() - t0) / len(answers):.1f} s/question")
     n = max(1, len(items))
-    out = {"accuracy": right / n, "own_injected": own_hits / n, "others_per_q": others / n,
+    out = {"accuracy": right / n, "own_injected": own_hits / n,
+           "own_filtered": own_filtered / n, "others_per_q": others / n,
            "unparsed": unparsed, "s_per_q": (time.perf_counter() - t0) / n, "answers": answers}
     log(f"  {condition}: accuracy {out['accuracy']:.2f} ({right}/{len(items)})")
     return out
@@ -165,21 +174,23 @@ def run(worker: Any, embedder: Any, items: list[dict[str, Any]], *,
             try:
                 out["learn"] = learn(desk, items, log=log)
                 out["learned"] = ask(desk, items, "learned", params, own=out["learn"]["own"],
-                                     log=log)
+                                     names=out["learn"]["names"], log=log)
             finally:
                 desk.close()
-            out["learn"]["own"] = {str(k): sorted(v) for k, v in out["learn"]["own"].items()}
+            for key in ("own", "names"):
+                out["learn"][key] = {str(k): sorted(v) for k, v in out["learn"][key].items()}
     return out
 
 
 def table(label: str, r: dict[str, Any]) -> str:
-    rows = [["condition", "accuracy", "own skill injected", "other skills / q", "unparsed",
-             "s/question"]]
+    rows = [["condition", "accuracy", "own skill injected", "own skill filtered out",
+             "other skills / q", "unparsed", "s/question"]]
     for cond in CONDITIONS:
         if cond in r:
             c = r[cond]
             rows.append([cond, f"{c['accuracy']:.2f}",
                          f"{c['own_injected']:.2f}" if cond == "learned" else "-",
+                         f"{c.get('own_filtered', 0):.2f}" if cond == "learned" else "-",
                          f"{c['others_per_q']:.2f}" if cond == "learned" else "-",
                          str(c["unparsed"]), f"{c['s_per_q']:.1f}"])
     widths = [max(len(x) for x in col) for col in zip(*rows, strict=False)]

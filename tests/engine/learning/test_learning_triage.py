@@ -496,7 +496,10 @@ def test_prefeval_protocol_learns_each_preference_and_asks_in_new_chats(tmp_path
     assert all(out["learn"]["own"][str(d["_index"])] for d in items)  # one skill per preference
     assert out["learn"]["skills"] == len(items)
     assert 0.0 <= out["learned"]["own_injected"] <= 1.0
-    assert "learned" in prefeval.table("t", out)
+    assert out["learned"]["own_injected"] + out["learned"]["own_filtered"] <= 1.0
+    assert all(out["learn"]["names"][str(d["_index"])] for d in items)
+    assert "learned" in prefeval.table("t", out) and "own skill filtered out" in \
+        prefeval.table("t", out)
 
 
 def test_bench_prefeval_rejects_a_missing_file_clearly(capsys):
