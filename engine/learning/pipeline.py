@@ -117,7 +117,8 @@ class Pipeline:
         self.triaged: dict[int, float] = {}
         self.opening = -1  # the index of the conversation's first user message
         self.quoted: dict[tuple, list[float] | None] = {}  # quote answers of this run
-        self.said = ""  # the user's turns of the conversation being learned from
+        self.users: list[triage.UserTurn] = []  # the user's turns of the conversation
+        self.said = ""  # ... as one text
 
     # ------------------------------------------------------------------------------ the run
     def run(self, messages: list[dict], mode: str = "turn", turn_id: str | None = None,
@@ -127,7 +128,8 @@ class Pipeline:
         self.triaged = {}  # message index -> triage's P(durable), for extraction
         self.opening = next((i for i, m in enumerate(messages) if m.get("role") == "user"), -1)
         self.quoted = {}
-        self.said = "\n".join(t.text for t in triage.user_turns(messages))  # said_here
+        self.users = triage.user_turns(messages)
+        self.said = "\n".join(t.text for t in self.users)  # said_here
         actions: list[Action] = []
         decide = self._triage if self.policy.get("triage") == "llm" and self.llm is not None \
             else None
@@ -235,8 +237,10 @@ class Pipeline:
             self.triaged[turns[-1].index] = p
         if p is None or p < triage.DURABLE_MIN_P:
             return None
-        if turns[-1].index != self.opening or not self.llm.scores_tokens:
+        if not self.llm.scores_tokens:
             return kind
+        if turns[-1].index != self.opening:
+            return self._lasting(turns[-1], p, kind)
         # the conversation's opening message: a request, and maybe a fact about the user
         # beside it. Asked to point at the sentence that says what should last, the model
         # answers "none" to most openings its yes/no triage let through that hold nothing
@@ -254,6 +258,39 @@ class Pipeline:
                      p, probs[0], clip(turns[-1].text, 80))
             return None
         return kind
+
+    def _lasting(self, turn: triage.UserTurn, p: float, kind: str | None) -> str | None:
+        """A later turn that triage let through goes on only where triage's P(durable)
+        outweighs the model's P that the user would NOT want it done again next time, on
+        another piece of the same work (``lasting.md``): a tweak of the answer just given
+        ("make it funnier, he's a good mate"), a question about their own case, thanks.
+        Asked that way the model separated the later turns triage let through that held a
+        lasting rule from the rest better than triage's own P (AUC, read fresh10-16: 0.77 vs
+        0.64; fresh17-18: 0.87 vs 0.58). The two reads are averaged at even odds, as the
+        opening check does: no constant fitted."""
+        before = [t.text for t in self.users if t.index < turn.index][-2:]
+        q = self.lasting_score(turn, before) if before else None
+        if q is not None and 1 - q > p:
+            log.info("evolution: triage P %.2f, but not wanted again next time (P %.2f): %s",
+                     p, 1 - q, clip(turn.text, 80))
+            return None
+        return kind
+
+    def lasting_score(self, turn: triage.UserTurn, before: Sequence[str]) -> float | None:
+        """P(the user wants what ``turn`` asks for done again on the next piece of the same
+        work), read after ``before`` (the user's turns before it; one forward pass); None
+        when the model gave no usable answer."""
+        self.checkpoint()
+        try:
+            probs = self.llm.choice("lasting", "again",
+                                    earlier=" / ".join(clip(scrub(t), 160) for t in before),
+                                    newest=clip(scrub(turn.text), 600))
+        except Cancelled:
+            raise
+        except (SkillDeskError, ValueError) as exc:
+            log.info("evolution: lasting check unavailable (%s)", exc)
+            return None
+        return probs.get("yes")
 
     def triage_score(self, turns: list[triage.UserTurn]) -> tuple[float | None, str | None]:
         """(probability that the newest turn holds something durable, the likeliest durable

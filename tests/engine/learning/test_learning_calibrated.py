@@ -28,11 +28,14 @@ KINDS = ["none", "preference", "rule", "correction", "persona", "format", "const
 class Scored(OracleLLM):
     """An oracle that also exposes ``choice_logprobs`` with a fixed P(none)."""
 
-    def __init__(self, p_none: float, best: str = "constraint", **kw):
+    def __init__(self, p_none: float, best: str = "constraint", p_again: float = 0.9, **kw):
         super().__init__(**kw)
-        self.p_none, self.best, self.prefixes = p_none, best, []
+        self.p_none, self.best, self.p_again, self.prefixes = p_none, best, p_again, []
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
+        if prefix.startswith('{"again"'):  # the lasting check of a later turn
+            self.calls.append("lasting")
+            return {"yes": math.log(self.p_again), "no": math.log(1 - self.p_again)}
         self.calls.append("triage")
         self.prefixes.append(prefix)
         rest = (1 - self.p_none) / (len(options) - 1)
@@ -331,11 +334,12 @@ def test_the_users_own_sentence_comes_before_the_models_keep_check(tmp_path):
 class QuoteScored(FixedExtract):
     """FixedExtract on a backend that reads token scores: triage says durable with
     probability ``p_triage``, extraction "a skill", the keep check no, and the quote step
-    (quote.md) points at the option whose text holds ``word`` with probability ``p_quote``."""
+    (quote.md) points at the option whose text holds ``word`` with probability ``p_quote``;
+    a later turn is wanted again (lasting.md) with probability ``p_again``."""
 
-    def __init__(self, rules, word, p_quote, p_triage=0.9, **kw):
+    def __init__(self, rules, word, p_quote, p_triage=0.9, p_again=0.9, **kw):
         super().__init__(rules, **kw)
-        self.word, self.p_quote, self.p_triage = word, p_quote, p_triage
+        self.word, self.p_quote, self.p_triage, self.p_again = word, p_quote, p_triage, p_again
         self.options: list[str] = []
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
@@ -352,6 +356,9 @@ class QuoteScored(FixedExtract):
         if prefix.startswith('{"keep"'):
             self.calls.append("keep")
             return {o: math.log(0.1 if o == "yes" else 0.9) for o in options}
+        if prefix.startswith('{"again"'):
+            self.calls.append("lasting")
+            return {"yes": math.log(self.p_again), "no": math.log(1 - self.p_again)}
         return {o: math.log(0.01 if o == " []" else 0.99) for o in options}  # extraction
 
 
@@ -393,6 +400,37 @@ def test_the_quote_step_offers_each_chinese_clause_alone(tmp_path):
     assert llm.options == ["听不懂。", "我是开网店的", "你给我打个生活里的比方", "讲得跟聊天一样。"]
     assert add.kind == "add" and "你给我打个生活里的比方" in add.skill.instructions
     assert "网店" not in add.skill.instructions
+
+
+TWEAK = [U("Write a leaving card message for Dave from the warehouse."), A("Dear Dave, ..."),
+         U("Too formal, he's a laugh. Make it cheeky and mention his forklift.")]
+
+
+@pytest.mark.parametrize("p_triage, p_again, learned", [
+    (0.6, 0.2, False),   # P(not wanted next time) 0.8 outweighs triage's 0.6
+    (0.6, 0.5, True),    # it does not: 0.5 < 0.6
+    (0.9, 0.2, True)])   # triage's 0.9 outweighs 0.8
+def test_a_later_turn_triage_let_through_goes_on_only_when_triage_outweighs_not_again(
+        tmp_path, p_triage, p_again, learned):
+    """A tweak of the answer just given ("make it cheeky") that triage let through: the
+    model is asked whether the user would want it done again on the next piece of the same
+    work, reading the request before it; the two reads are averaged at even odds."""
+    llm = QuoteScored(["Make the message cheeky"], "", 0.0, p_triage, p_again, name="Cheeky")
+    asked = []
+    real = llm.choice_logprobs
+
+    def spy(messages, prefix, options, cancel=None):
+        if prefix.startswith('{"again"'):
+            asked.append(messages[-1]["content"])
+        return real(messages, prefix, options, cancel)
+
+    llm.choice_logprobs = spy
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        TWEAK, "turn")
+    assert ("extract" in llm.calls) == learned, (llm.calls, [a.reason for a in actions])
+    assert llm.calls.count("lasting") == 1  # the opening gets the opening check instead
+    assert asked == ["Earlier: Write a leaving card message for Dave from the warehouse.\n"
+                     "Newest: Too formal, he's a laugh. Make it cheeky and mention his forklift."]
 
 
 class OpeningScored(QuoteScored):

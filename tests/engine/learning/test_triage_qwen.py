@@ -245,8 +245,8 @@ def test_qwen_opening_check_stops_a_question_triage_let_through_but_not_a_stated
     """The opening message's second look (quote.md as a check on triage's yes): a question
     about the user's plant, which triage lets through (P 0.54 when written), goes no further
     when the model's P(no sentence is meant to last) outweighs triage's P; a firm fact
-    beside a request goes on, and so does the question as a later turn (checked only on
-    openings)."""
+    beside a request goes on, and so does the question as a later turn with no turns before
+    it to read it against (a later turn gets the lasting check, which reads them)."""
     basil = "My basil smells of aniseed now and the leaves are going black at the edges. " \
             "Did I overwater it?"
     coeliac = "Plan three dinners for this week. I'm coeliac, so everything has to be " \
@@ -258,3 +258,21 @@ def test_qwen_opening_check_stops_a_question_triage_let_through_but_not_a_stated
     assert pipeline._triage(turn(coeliac)) is not None
     pipeline.opening = -1  # the same message later in a conversation: triage alone
     assert pipeline._triage(turn(basil)) is not None
+
+
+@pytest.mark.parametrize("tweak, rule", [
+    (("Write a short poem for my grandad's 80th birthday.",
+      "Bit sad that, he's a cheerful old boy. Make it jollier and put his allotment in."),
+     ("Write up the minutes of tonight's allotment committee meeting.",
+      "Put the action points and who is doing them at the very top. Half the committee only "
+      "reads the first few lines.")),
+    (("帮我写个周六小区停车位调整的通知。", "太官方了，邻居们会觉得我在打官腔，再口语化一点。"),
+     ("帮我写个下周二小区停水的通知。", "通知最后加上物业的电话，大家有问题都是直接打电话问的。"))])
+def test_qwen_lasting_check_ranks_a_rule_for_the_next_piece_above_a_tweak(pipeline, tweak, rule):
+    """The later-turn check (lasting.md): asked whether the user would want it done again
+    on the next piece of the same work, the model puts a rule with a reason about how such
+    pieces are used above a tweak of the answer just given."""
+    score = lambda said: pipeline.lasting_score(  # noqa: E731
+        user_turns([{"role": "user", "content": said[1]}])[0], [said[0]])
+    again_tweak, again_rule = score(tweak), score(rule)
+    assert 0.0 <= again_tweak < again_rule <= 1.0, (again_tweak, again_rule)
