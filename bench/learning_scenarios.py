@@ -33,7 +33,7 @@ SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 SCENARIOS = SCENARIO_DIR / "evolution.jsonl"
 SPLITS = ("tune", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7",
           "fresh8", "fresh9", "fresh10", "fresh11", "fresh12", "fresh13", "fresh14",
-          "fresh15", "fresh16", "fresh17", "fresh18", "fresh19", "fresh20")
+          "fresh15", "fresh16", "fresh17", "fresh18", "fresh19", "fresh20", "fresh21", "fresh22")
 QUICK = ["en-tldr-once", "zh-formal-tone", "en-repeat-bullets", "en-oneoff-always-question",
          "zh-oneoff-dont", "en-correct-indent", "zh-correct-weekly", "en-add-then-correct",
          "en-two-tasks", "zh-switch", "en-known"]
