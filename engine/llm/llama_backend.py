@@ -55,7 +55,10 @@ from engine.llm.registry import ModelSpec
 from engine.llm.structured import check_schema, parse_and_validate
 
 MIN_REPLY_TOKENS = 16  # when the prompt barely fits, still leave room for this many tokens
-MAX_SNAPSHOTS = 6  # the chat, the self-filter, triage, extraction, judge, merge
+# the chat, the self-filter, and a learning turn's prompts (triage, the opening or later-turn
+# check, extraction, keep, judge, merge, replace, name): with 6, a learning turn evicted the
+# snapshots it needed next (SNAPSHOT_BYTES still bounds the memory)
+MAX_SNAPSHOTS = 12
 SNAPSHOT_BYTES = 256 * 2**20  # all snapshots together (the chat's alone can reach ~84 MB)
 MAX_SNAPSHOT_TOKENS = 3000  # longer prompts are not copied aside
 MIN_SNAPSHOT_GAIN = 32  # a snapshot is put back only when it saves this many prompt tokens
