@@ -266,8 +266,10 @@ class Pipeline:
         ("make it funnier, he's a good mate"), a question about their own case, thanks.
         Asked that way the model separated the later turns triage let through that held a
         lasting rule from the rest better than triage's own P (AUC, read fresh10-16: 0.77 vs
-        0.64; fresh17-18: 0.87 vs 0.58). The two reads are averaged at even odds, as the
-        opening check does: no constant fitted."""
+        0.64; fresh17-18: 0.87 vs 0.58; fresh19-20, run untouched: 0.73 vs 0.62). The two
+        reads are averaged at even odds, as the opening check does: no constant fitted. On
+        fresh19-20 most later one-off turns were ones Qwen-1.5B would want "again" as well
+        (a chattier post, a follow-up question with the bike's details): 1 of 8 stopped."""
         before = [t.text for t in self.users if t.index < turn.index][-2:]
         q = self.lasting_score(turn, before) if before else None
         if q is not None and 1 - q > p:
