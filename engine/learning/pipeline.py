@@ -115,7 +115,6 @@ class Pipeline:
             self.policy.update(extract="rule", judge="rule", merge="rule")
         self.top_m = top_m
         self.triaged: dict[int, float] = {}
-        self.opening = -1  # the index of the conversation's first user message
         self.quoted: dict[tuple, list[float] | None] = {}  # quote answers of this run
         self.users: list[triage.UserTurn] = []  # the user's turns of the conversation
         self.said = ""  # ... as one text
@@ -126,7 +125,6 @@ class Pipeline:
         """Learn from ``messages``; ``checkpoint()`` runs between steps (pause / stop)."""
         self.checkpoint = checkpoint or (lambda: None)
         self.triaged = {}  # message index -> triage's P(durable), for extraction
-        self.opening = next((i for i, m in enumerate(messages) if m.get("role") == "user"), -1)
         self.quoted = {}
         self.users = triage.user_turns(messages)
         self.said = "\n".join(t.text for t in self.users)  # said_here
@@ -214,6 +212,11 @@ class Pipeline:
             log.info("evolution %s%s: %s", a.kind,
                      f" {a.skill.title}" if a.skill is not None else "", a.reason)
         return actions
+
+    @property
+    def opening(self) -> int:
+        """The message index of the conversation's first user turn (-1: none)."""
+        return self.users[0].index if self.users else -1
 
     @property
     def by_model(self) -> bool:

@@ -251,12 +251,12 @@ def test_qwen_opening_check_stops_a_question_triage_let_through_but_not_a_stated
             "Did I overwater it?"
     coeliac = "Plan three dinners for this week. I'm coeliac, so everything has to be " \
               "gluten-free, no exceptions."
-    pipeline.opening = 0
     turn = lambda s: user_turns([{"role": "user", "content": s}])  # noqa: E731
+    pipeline.users = turn(basil)  # the conversation: its opening is message 0
     assert pipeline.triage_score(turn(basil))[0] >= DURABLE_MIN_P
     assert pipeline._triage(turn(basil)) is None
     assert pipeline._triage(turn(coeliac)) is not None
-    pipeline.opening = -1  # the same message later in a conversation: triage alone
+    pipeline.users = []  # the same message later, nothing read before it: triage alone
     assert pipeline._triage(turn(basil)) is not None
 
 
