@@ -153,10 +153,31 @@ def ask(desk: Any, items: list[dict[str, Any]], condition: str, params: Any,
     return out
 
 
+OWN_FILE = "prefeval-own.json"  # in a kept bank: which skills each item's preference wrote
+
+
+def _kept_learning(root: Path, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The learning record of a bank kept by an earlier run (``--keep``), for these items."""
+    path = root / OWN_FILE
+    try:
+        saved = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{root} is not a bank kept by 'bench prefeval --keep' ({exc})") from exc
+    missing = [d["_index"] for d in items if str(d["_index"]) not in saved["own"]]
+    if missing:
+        raise ValueError(f"{root} did not learn item(s) {missing[:5]}: run with the same "
+                         "--seed/--offset/--limit as the run that kept it")
+    return {**saved, "own": {int(k): set(v) for k, v in saved["own"].items()},
+            "names": {int(k): set(v) for k, v in saved["names"].items()}}
+
+
 def run(worker: Any, embedder: Any, items: list[dict[str, Any]], *,
         conditions: tuple[str, ...] = CONDITIONS, max_tokens: int = 4,
-        log=print) -> dict[str, Any]:
-    """The whole protocol with one model worker; a dict per condition (+ ``learn``)."""
+        keep: Path | None = None, log=print) -> dict[str, Any]:
+    """The whole protocol with one model worker; a dict per condition (+ ``learn``).
+    ``keep``: the learned bank lives there (a new folder: learned into and kept, with
+    :data:`OWN_FILE`; a folder an earlier ``keep`` run left: asked again without learning)."""
+    from engine.fsutil import atomic_write
     from engine.llm.base import GenParams
 
     params = GenParams(max_tokens=max_tokens, temperature=0.0, seed=0)
@@ -170,9 +191,21 @@ def run(worker: Any, embedder: Any, items: list[dict[str, Any]], *,
         finally:
             empty.close()
         if "learned" in conditions:
-            desk = _desk(Path(tmp) / "learned", embedder, worker)
+            root = keep or Path(tmp) / "learned"
+            reuse = keep is not None and (keep / OWN_FILE).exists()
+            if keep is not None and not reuse and keep.exists() and any(keep.iterdir()):
+                raise ValueError(f"{keep} holds files but no {OWN_FILE}: --keep takes a new "
+                                 "folder, or one an earlier --keep run left")
+            prior = _kept_learning(keep, items) if reuse else None
+            desk = _desk(root, embedder, worker)
             try:
-                out["learn"] = learn(desk, items, log=log)
+                out["learn"] = prior or learn(desk, items, log=log)
+                if keep is not None and not reuse:
+                    atomic_write(keep / OWN_FILE, json.dumps({
+                        **out["learn"], "own": {str(k): sorted(v) for k, v in
+                                                out["learn"]["own"].items()},
+                        "names": {str(k): sorted(v) for k, v in out["learn"]["names"].items()}},
+                        ensure_ascii=False, indent=1))
                 out["learned"] = ask(desk, items, "learned", params, own=out["learn"]["own"],
                                      names=out["learn"]["names"], log=log)
             finally:
@@ -220,6 +253,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--embedder", default=None, help="embedder name (default: the settings')")
     p.add_argument("--json", metavar="FILE", help="also write the results (answers, not items)")
+    p.add_argument("--keep", metavar="DIR",
+                   help="learn into DIR (a new folder) and keep it; on a later run with the "
+                        "same items, ask the 'learned' questions on it without learning again")
     p.add_argument("--bank", help=argparse.SUPPRESS)
     p.add_argument("--user", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -257,7 +293,11 @@ def main(argv: list[str] | None = None) -> int:
     embedder = make_embedder(a.embedder or Settings.load().embedder)
     worker = ModelWorker(LlamaCppBackend(spec, n_threads=a.threads))
     try:
-        r = run(worker, embedder, items, conditions=conditions, max_tokens=a.max_tokens)
+        r = run(worker, embedder, items, conditions=conditions, max_tokens=a.max_tokens,
+                keep=Path(a.keep).resolve() if a.keep else None)
+    except ValueError as exc:
+        print(exc)
+        return 2
     finally:
         worker.close()
     label = f"{spec.key}, seed {a.seed}, items {a.offset}..{a.offset + len(items) - 1}"

@@ -502,6 +502,45 @@ def test_prefeval_protocol_learns_each_preference_and_asks_in_new_chats(tmp_path
         prefeval.table("t", out)
 
 
+def test_prefeval_keeps_the_learned_bank_and_asks_again_without_learning(tmp_path, embedder):
+    f = tmp_path / "items.jsonl"
+    f.write_text("\n".join(json.dumps(d) for d in ITEMS) + "\n", encoding="utf-8")
+    items = prefeval.load_items(f, seed=3)
+    keep = tmp_path / "kept"
+    first = LetterOracle(items)
+    worker = ModelWorker(first)
+    try:
+        out = prefeval.run(worker, embedder, items, conditions=("learned",), keep=keep,
+                           log=lambda *_: None)
+    finally:
+        worker.close()
+    assert (keep / prefeval.OWN_FILE).exists() and "extract" in " ".join(first.calls)
+    again = LetterOracle(items)
+    worker = ModelWorker(again)
+    try:
+        out2 = prefeval.run(worker, embedder, items, conditions=("learned",), keep=keep,
+                            log=lambda *_: None)
+        with pytest.raises(ValueError, match="did not learn"):  # other items: refused
+            prefeval.run(worker, embedder, prefeval.load_items(f, seed=4) + [
+                {**items[0], "_index": 999}], conditions=("learned",), keep=keep,
+                log=lambda *_: None)
+    finally:
+        worker.close()
+    assert "extract" not in " ".join(again.calls)  # asked on the kept bank, nothing learned
+    assert out2["learn"]["own"] == out["learn"]["own"]
+    assert out2["learned"]["own_injected"] == out["learned"]["own_injected"]
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    worker = ModelWorker(LetterOracle(items))
+    try:
+        with pytest.raises(ValueError, match="new folder"):
+            prefeval.run(worker, embedder, items, conditions=("learned",),
+                         keep=tmp_path / "full", log=lambda *_: None)
+    finally:
+        worker.close()
+    assert (tmp_path / "full" / "notes.txt").read_text() == "mine"
+
+
 def test_bench_prefeval_rejects_a_missing_file_clearly(capsys):
     assert prefeval.main(["--data", "/nonexistent/prefeval.jsonl"]) == 2
     assert "cannot read" in capsys.readouterr().out
