@@ -72,7 +72,8 @@ def _args(argv):
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--max-queries", type=int, default=0, help="subsample queries (0 = all)")
     p.add_argument("--sections", default="offtopic,paraphrase,quality,speed,build,watch",
-                   help="comma list of offtopic, paraphrase, quality, speed, build, watch")
+                   help="comma list of offtopic, paraphrase, constraints, quality, speed, "
+                        "build, watch (constraints needs --learned-bank)")
     p.add_argument("--splits", default="tune,heldout", type=lambda v: tuple(v.split(",")),
                    help="dev-set halves to print: tune, heldout (printed as 'seen'), fresh, "
                    "fresh2, fresh3, fresh4 (tune while tuning; all to report)")
@@ -80,6 +81,11 @@ def _args(argv):
                    help="also serve the off-topic and paraphrase sets through the self-filter "
                    "(engine/chat/skill_filter.py) on this model (e.g. recommended); one model "
                    "call per request where a skill passed η, on the --splits rows only")
+    p.add_argument("--learned-bank", type=Path, default=None, metavar="DIR",
+                   help="constraints: the bank the real pipeline learned the statements into "
+                        "(a new folder is learned with --learn-model and kept for later runs)")
+    p.add_argument("--learn-model", default="recommended", metavar="MODEL",
+                   help="constraints: the model that learns a new --learned-bank")
     p.add_argument("--fit", action="store_true", help="refit the relevance models on the tune "
                    "halves and write engine/retrieval/relevance.json (then measure)")
     p.add_argument("--sweep", action="store_true", help="λ and normalisation grid")
@@ -436,6 +442,34 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
     return rows
 
 
+def constraints(embedders, a, out, params=None) -> None:
+    """Lasting user facts learned by the real pipeline, and the requests they govern
+    (bench/_retrieval_constraints.py)."""
+    from bench import _retrieval_constraints as C
+
+    if a.learned_bank is None:
+        print("\nConstraints skipped: give --learned-bank DIR (learned once, then reused)",
+              file=out)
+        return
+    emb = embedders.get(DEFAULT_EMBEDDER) or next(iter(embedders.values()))
+    root = a.learned_bank.resolve()
+
+    def worker():
+        from engine.llm import registry
+        from engine.llm.llama_backend import LlamaCppBackend
+        from engine.llm.worker import ModelWorker
+
+        return ModelWorker(LlamaCppBackend(registry.resolve(a.learn_model)))
+
+    try:
+        own = C.learn_bank(root, emb, worker)
+    except ValueError as exc:
+        print(f"\nConstraints skipped: {exc}", file=out)
+        return
+    C.report(C.measure(root, own, emb, a.splits, filter_client(a), params), a.splits,
+             a.filter_model, out)
+
+
 def fit_relevance(skills, embedders, a, root, out) -> None:
     """``--fit``: the relevance models from the tune halves (bench/_retrieval_fit.py)."""
     from bench import _retrieval_fit as F
@@ -482,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
                     offtopic(embedders, a, out)
                 if "paraphrase" in sections:
                     paraphrase(skills, embedders, a, root, out)
+            if "constraints" in sections:
+                constraints(embedders, a, out)
             if "quality" in sections:
                 quality(skills, embedders, a, out)
             if a.fields:

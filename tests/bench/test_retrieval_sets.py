@@ -20,3 +20,37 @@ def test_a_fit_bar_serves_the_judged_hits_that_reach_it_and_the_unjudged_ones():
     rows = D.injection_rows([s, _served("tune", ["a"], {"a": 0.4}, [])], "user", ("tune",),
                             "filtered", bar=0.5)
     assert rows[0][1:4] == [2, 1, 0.5]  # EN: one of two requests still gets a skill
+
+
+def test_constraints_section_learns_each_statement_once_and_scores_its_requests(
+        tmp_path, embedder):
+    """The constraints section on a scripted learner: each statement writes one skill whose
+    trigger is its first related request; that request is served its own skill, the bank is
+    kept and a second run loads no model."""
+    from bench import _retrieval_constraints as C
+    from bench.oracle import OracleLLM
+    from engine.llm.worker import ModelWorker
+
+    cons = C.rows()
+    assert len(cons) >= 72 and {c["lang"] for c in cons} == {"en", "zh"}
+    oracle = OracleLLM({"expect": [{"outcome": "add", "name": f"User fact {i}",
+                                    "evidence": c["statement"][:12],
+                                    "constraints": [c["statement"]],
+                                    "triggers": [c["related"][0]]}
+                                   for i, c in enumerate(cons)]})
+    made = []
+
+    def worker():
+        made.append(ModelWorker(oracle))
+        return made[-1]
+
+    own = C.learn_bank(tmp_path / "bank", embedder, worker, log=lambda *_: None)
+    assert len(made) == 1 and sum(bool(v) for v in own.values()) >= 0.9 * len(cons)
+    assert C.learn_bank(tmp_path / "bank", embedder, worker) == own and len(made) == 1
+    m = C.measure(tmp_path / "bank", own, embedder, ("tune",))
+    first = [s for s in m["served"] if s.row["id"].endswith("/related0")
+             and s.row["split"] == "tune" and m["own"][s.row["own"]]]
+    assert first and sum(bool(set(s.hits) & m["own"][s.row["own"]]) for s in first) \
+        >= 0.8 * len(first)  # its own trigger finds it
+    rows = C._rows(m, ("tune",), "hits")
+    assert [r[0] for r in rows] == ["tune EN", "tune ZH"] and all(0 <= r[2] <= 1 for r in rows)
