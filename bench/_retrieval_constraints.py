@@ -24,6 +24,7 @@ from bench import _retrieval_sets as D
 from bench._retrieval_data import table
 
 OWN_FILE = "constraints-own.json"  # statement id -> the skills its conversation wrote
+WHY_FILE = "constraints-learning.json"  # what learning did with each statement, and why
 
 
 def rows() -> list[dict]:
@@ -70,6 +71,10 @@ def learn_bank(dest: Path, embedder: Any, make_worker, log=print) -> dict[str, l
     own = {c["id"]: sorted(got["own"][i]) for i, c in enumerate(cons)}
     from engine.fsutil import atomic_write
 
+    why = [{**w, "item": cons[w["item"]]["id"]} for w in got["why"]]
+    atomic_write(dest / WHY_FILE, json.dumps({"actions": got["actions"], "why": why,
+                                              "seconds": got["seconds"], "calls": got["calls"]},
+                                             ensure_ascii=False, indent=1))
     atomic_write(dest / OWN_FILE, json.dumps(own, ensure_ascii=False, indent=1))
     return own
 
@@ -91,8 +96,13 @@ def measure(root: Path, own: dict[str, list[str]], embedder, splits, client=None
     reqs = requests(rows())
     served = D.serve(idx, reqs, params, client=client, splits=splits)
     off = D.serve(idx, D.load("offtopic.jsonl"), params, client=client, splits=splits)
+    try:
+        actions = json.loads((root / WHY_FILE).read_text("utf-8"))["actions"]
+    except (OSError, ValueError, KeyError):
+        actions = None
     return {"skills": len(idx), "learned": sum(bool(v) for v in own_keys.values()),
-            "n": len(own_keys), "own": own_keys, "served": served, "off": off}
+            "n": len(own_keys), "own": own_keys, "served": served, "off": off,
+            "actions": actions}
 
 
 def _rows(m: dict[str, Any], splits, how: str) -> list[list]:
@@ -128,8 +138,9 @@ def report(m: dict[str, Any], splits, filter_model: str = "", out=None) -> None:
 
     out = out or sys.stdout
     intro = (f"\nConstraints (bench/data/constraints.jsonl): {m['learned']} of {m['n']} "
-             f"statements learned into {m['skills']} skills by the real pipeline; related "
-             "requests counted where the statement wrote a skill")
+             f"statements learned into {m['skills']} skills by the real pipeline"
+             + (f" ({m['actions']})" if m.get("actions") else "")
+             + "; related requests counted where the statement wrote a skill")
     print(table(HEADER, _rows(m, splits, "hits"), intro + " (served without the self-filter)"),
           file=out)
     if filter_model:
