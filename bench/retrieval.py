@@ -461,9 +461,11 @@ def constraints(embedders, a, out, params=None) -> None:
 
         return ModelWorker(LlamaCppBackend(registry.resolve(a.learn_model)))
 
+    from engine.errors import SkillDeskError
+
     try:
         own = C.learn_bank(root, emb, worker)
-    except ValueError as exc:
+    except (ValueError, SkillDeskError) as exc:  # a used folder, an unknown --learn-model
         print(f"\nConstraints skipped: {exc}", file=out)
         return
     C.report(C.measure(root, own, emb, a.splits, filter_client(a), params), a.splits,
