@@ -118,7 +118,7 @@ def _rows(m: dict[str, Any], splits, how: str) -> list[list]:
             first = [next((s.ranking.index(k) + 1 for k in s.ranking if k in mine(s)), None)
                      for s in rel]
             n = max(1, len(rel))
-            out.append([f"{D.label(split)} {lang.upper()}", len(rel),
+            out.append([f"{split} {lang.upper()}", len(rel),  # its own halves: none "seen"
                         sum(bool(set(got(s)) & mine(s)) for s in rel) / n,
                         sum(r == 1 for r in first) / n,
                         sum(len(set(got(s)) - mine(s)) for s in rel) / n,
