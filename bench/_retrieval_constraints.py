@@ -122,8 +122,9 @@ def _rows(m: dict[str, Any], splits, how: str) -> list[list]:
                         sum(bool(set(got(s)) & mine(s)) for s in rel) / n,
                         sum(r == 1 for r in first) / n,
                         sum(len(set(got(s)) - mine(s)) for s in rel) / n,
-                        len(unrel),
-                        sum(bool(set(got(s)) & mine(s)) for s in unrel) / max(1, len(unrel)),
+                        len(unrel),  # own injected: where the statement wrote a skill
+                        sum(bool(set(got(s)) & mine(s)) for s in unrel)
+                        / max(1, sum(bool(mine(s)) for s in unrel)),
                         sum(bool(got(s)) for s in unrel) / max(1, len(unrel)),
                         len(off), sum(bool(got(s)) for s in off) / max(1, len(off))])
     return out
