@@ -23,8 +23,9 @@ from typing import Any
 from bench import _retrieval_sets as D
 from bench._retrieval_data import table
 
-OWN_FILE = "constraints-own.json"  # statement id -> the skills its conversation wrote
-WHY_FILE = "constraints-learning.json"  # what learning did with each statement, and why
+# beside the kept bank: what learning did with each statement (bench.prefeval.learn's record,
+# keyed by statement id: "own" = the skills its conversation wrote, "why", "actions")
+OWN_FILE = "constraints-learning.json"
 
 
 def rows() -> list[dict]:
@@ -51,10 +52,8 @@ def learn_bank(dest: Path, embedder: Any, make_worker, log=print) -> dict[str, l
     from engine.settings import Settings
 
     if (dest / OWN_FILE).exists():
-        return json.loads((dest / OWN_FILE).read_text("utf-8"))
-    if dest.exists() and any(dest.iterdir()):
-        raise ValueError(f"{dest} holds files but no {OWN_FILE}: --learned-bank takes a new "
-                         "folder, or one an earlier run left")
+        return json.loads((dest / OWN_FILE).read_text("utf-8"))["own"]
+    prefeval.refuse_used(dest, OWN_FILE, "--learned-bank")
     cons = rows()
     worker = make_worker()
     try:
@@ -68,15 +67,12 @@ def learn_bank(dest: Path, embedder: Any, make_worker, log=print) -> dict[str, l
             desk.close()
     finally:
         worker.close()
-    own = {c["id"]: sorted(got["own"][i]) for i, c in enumerate(cons)}
-    from engine.fsutil import atomic_write
-
-    why = [{**w, "item": cons[w["item"]]["id"]} for w in got["why"]]
-    atomic_write(dest / WHY_FILE, json.dumps({"actions": got["actions"], "why": why,
-                                              "seconds": got["seconds"], "calls": got["calls"]},
-                                             ensure_ascii=False, indent=1))
-    atomic_write(dest / OWN_FILE, json.dumps(own, ensure_ascii=False, indent=1))
-    return own
+    ids = [c["id"] for c in cons]
+    got = {**got, "own": {ids[i]: v for i, v in got["own"].items()},
+           "names": {ids[i]: v for i, v in got["names"].items()},
+           "why": [{**w, "item": ids[w["item"]]} for w in got["why"]]}
+    prefeval.save_learning(dest / OWN_FILE, got)
+    return {k: sorted(v) for k, v in got["own"].items()}
 
 
 def _skill_keys(idx, root: Path) -> dict[str, str]:
@@ -97,7 +93,7 @@ def measure(root: Path, own: dict[str, list[str]], embedder, splits, client=None
     served = D.serve(idx, reqs, params, client=client, splits=splits)
     off = D.serve(idx, D.load("offtopic.jsonl"), params, client=client, splits=splits)
     try:
-        actions = json.loads((root / WHY_FILE).read_text("utf-8"))["actions"]
+        actions = json.loads((root / OWN_FILE).read_text("utf-8"))["actions"]
     except (OSError, ValueError, KeyError):
         actions = None
     return {"skills": len(idx), "learned": sum(bool(v) for v in own_keys.values()),

@@ -156,6 +156,23 @@ def ask(desk: Any, items: list[dict[str, Any]], condition: str, params: Any,
 OWN_FILE = "prefeval-own.json"  # in a kept bank: which skills each item's preference wrote
 
 
+def refuse_used(folder: Path, marker: str, flag: str) -> None:
+    """A bank folder to learn into must be new (or hold ``marker``, what an earlier run kept):
+    never learn into, or next to, files of someone else's."""
+    if not (folder / marker).exists() and folder.exists() and any(folder.iterdir()):
+        raise ValueError(f"{folder} holds files but no {marker}: {flag} takes a new folder, "
+                         "or one an earlier run left")
+
+
+def save_learning(path: Path, record: dict[str, Any]) -> None:
+    """What :func:`learn` did, kept beside its bank (sets as sorted lists, keys as text)."""
+    from engine.fsutil import atomic_write
+
+    plain = {**record, **{key: {str(k): sorted(v) for k, v in record[key].items()}
+                          for key in ("own", "names") if key in record}}
+    atomic_write(path, json.dumps(plain, ensure_ascii=False, indent=1))
+
+
 def _kept_learning(root: Path, items: list[dict[str, Any]]) -> dict[str, Any]:
     """The learning record of a bank kept by an earlier run (``--keep``), for these items."""
     path = root / OWN_FILE
@@ -177,7 +194,6 @@ def run(worker: Any, embedder: Any, items: list[dict[str, Any]], *,
     """The whole protocol with one model worker; a dict per condition (+ ``learn``).
     ``keep``: the learned bank lives there (a new folder: learned into and kept, with
     :data:`OWN_FILE`; a folder an earlier ``keep`` run left: asked again without learning)."""
-    from engine.fsutil import atomic_write
     from engine.llm.base import GenParams
 
     params = GenParams(max_tokens=max_tokens, temperature=0.0, seed=0)
@@ -193,19 +209,14 @@ def run(worker: Any, embedder: Any, items: list[dict[str, Any]], *,
         if "learned" in conditions:
             root = keep or Path(tmp) / "learned"
             reuse = keep is not None and (keep / OWN_FILE).exists()
-            if keep is not None and not reuse and keep.exists() and any(keep.iterdir()):
-                raise ValueError(f"{keep} holds files but no {OWN_FILE}: --keep takes a new "
-                                 "folder, or one an earlier --keep run left")
+            if keep is not None:
+                refuse_used(keep, OWN_FILE, "--keep")
             prior = _kept_learning(keep, items) if reuse else None
             desk = _desk(root, embedder, worker)
             try:
                 out["learn"] = prior or learn(desk, items, log=log)
                 if keep is not None and not reuse:
-                    atomic_write(keep / OWN_FILE, json.dumps({
-                        **out["learn"], "own": {str(k): sorted(v) for k, v in
-                                                out["learn"]["own"].items()},
-                        "names": {str(k): sorted(v) for k, v in out["learn"]["names"].items()}},
-                        ensure_ascii=False, indent=1))
+                    save_learning(keep / OWN_FILE, out["learn"])
                 out["learned"] = ask(desk, items, "learned", params, own=out["learn"]["own"],
                                      names=out["learn"]["names"], log=log)
             finally:
