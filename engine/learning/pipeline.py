@@ -72,7 +72,9 @@ TRIAGE_SURE_P = 0.9
 # no longer be followed) reaches this (``replace.md``; `skilldesk bench replace`).
 REPLACE_MIN_P = 0.7
 # The quote step (:meth:`Pipeline.quote`) counts the sentence the model points at when its P
-# reaches QUOTE_MIN_P (a majority), and runs only after a cue word or where triage's P(durable)
+# (some sentence is meant to last) reaches QUOTE_MIN_P (even odds) and the sentence holds most
+# of it (sixteenth round: the bar was on the likeliest sentence alone, 0.25-0.47 for the facts
+# said alone of the constraints tune half), and runs only after a cue word or where triage's P(durable)
 # reached QUOTE_TRIAGE_P: a rescue of rules the model could not ground asks for surer evidence
 # than a write does. Pooled over the read splits fresh10-16 (317 scored turns, 110 durable,
 # `skilldesk bench triage`): at 0.6 triage lets 54% of the durable turns and 10% of the others
@@ -409,8 +411,11 @@ class Pipeline:
         rules paraphrased the user beyond grounding and no sentence of theirs shares the
         rules' words (Qwen-1.5B wrote "Use a calm, soothing tone" for "Talk to me like a
         hushed nature documentary narrator…"). The user's sentence is grounded by
-        construction; it counts when its probability reaches :data:`QUOTE_MIN_P` (read after
-        ``{"sentence": "``, one forward pass); None otherwise."""
+        construction. Two decisions are read from one forward pass after ``{"sentence": "``:
+        whether any sentence is meant to last (1 - P(0) reaches :data:`QUOTE_MIN_P`), and which
+        (the likeliest, holding a majority of that mass). A fact said alone spreads the mass
+        over its clauses ("海鲜过敏，虾蟹吃一口就得进医院。": P(0) 0.48, the likelier clause 0.41),
+        which a bar on the one likeliest sentence read as "none". None otherwise."""
         if all(c.startswith("model:") for c in w.cues) and max(
                 (self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0) < QUOTE_TRIAGE_P:
             return None  # triage let the turn through, but not surely enough for a rescue
@@ -418,10 +423,11 @@ class Pipeline:
         probs = self.quote_scores(sents, requests)
         if probs is None:
             return None
-        best = max(range(len(probs)), key=probs.__getitem__)
-        log.info("evolution: quote %d P %.3f of %d (%s)", best, probs[best], len(sents),
-                 clip(sents[best - 1], 80) if best else "none")
-        return sents[best - 1] if best and probs[best] >= QUOTE_MIN_P else None
+        some = 1.0 - probs[0]  # P(some sentence says what should last)
+        best = max(range(1, len(probs)), key=probs.__getitem__)
+        log.info("evolution: quote P(some) %.3f, %d P %.3f of %d (%s)", some, best,
+                 probs[best], len(sents), clip(sents[best - 1], 80))
+        return sents[best - 1] if some >= QUOTE_MIN_P and probs[best] > some / 2 else None
 
     def quote_scores(self, sentences: list[str], requests: Sequence[str] = ()
                      ) -> list[float] | None:

@@ -300,7 +300,8 @@ def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_pa
 
 class KeepScored(FixedExtract):
     """FixedExtract on a backend that reads token scores: extraction decides "a skill", the
-    keep check (keep.md) says yes with probability ``p_keep``."""
+    keep check (keep.md) says yes with probability ``p_keep``, the quote step (quote.md) that
+    no sentence is meant to last."""
 
     def __init__(self, rules, p_keep, **kw):
         super().__init__(rules, **kw)
@@ -310,6 +311,8 @@ class KeepScored(FixedExtract):
         if prefix.startswith('{"keep"'):
             self.calls.append("keep")
             return {o: math.log(self.p_keep if o == "yes" else 1 - self.p_keep) for o in options}
+        if prefix.startswith('{"sentence"'):
+            return {o: math.log(0.6 if o == "0" else 0.4 / (len(options) - 1)) for o in options}
         return {o: math.log(0.01 if o == " []" else 0.99) for o in options}  # extraction
 
 
@@ -334,12 +337,14 @@ def test_the_users_own_sentence_comes_before_the_models_keep_check(tmp_path):
 class QuoteScored(FixedExtract):
     """FixedExtract on a backend that reads token scores: triage says durable with
     probability ``p_triage``, extraction "a skill", the keep check no, and the quote step
-    (quote.md) points at the option whose text holds ``word`` with probability ``p_quote``;
+    (quote.md) points at the option whose text holds ``word`` with probability ``p_quote``
+    and at none with ``p_none`` (the rest spread evenly over the other options);
     a later turn is wanted again (lasting.md) with probability ``p_again``."""
 
-    def __init__(self, rules, word, p_quote, p_triage=0.9, p_again=0.9, **kw):
+    def __init__(self, rules, word, p_quote, p_triage=0.9, p_again=0.9, p_none=None, **kw):
         super().__init__(rules, **kw)
         self.word, self.p_quote, self.p_triage, self.p_again = word, p_quote, p_triage, p_again
+        self.p_none = p_none
         self.options: list[str] = []
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
@@ -348,8 +353,10 @@ class QuoteScored(FixedExtract):
             shown = messages[-1]["content"].rsplit("Sentences:", 1)[1].strip().splitlines()
             self.options = [line.split(". ", 1)[1] for line in shown]
             pick = next(str(i) for i, o in enumerate(self.options, 1) if self.word in o)
-            rest = (1 - self.p_quote) / (len(options) - 1)
-            return {o: math.log(self.p_quote if o == pick else rest) for o in options}
+            fixed = {pick: self.p_quote} if self.p_none is None else {pick: self.p_quote,
+                                                                      "0": self.p_none}
+            rest = (1 - sum(fixed.values())) / (len(options) - len(fixed))
+            return {o: math.log(fixed.get(o, rest)) for o in options}
         if prefix.startswith('{"kind"'):
             return {o: math.log(1 - self.p_triage if o == "none" else self.p_triage / 6)
                     for o in options}
@@ -367,17 +374,22 @@ PERSONA = [U("How do I keep basil alive on a windowsill?"), A("Water it when the
              "Whatever I ask, I want that voice.")]
 
 
-@pytest.mark.parametrize("p_quote,p_triage,rule", [
-    (0.8, 0.9, "Explain things to me like an overexcited sports commentator."),
-    (0.4, 0.9, None),    # the model is not sure which sentence: the paraphrase goes
-    (0.8, 0.5, None)])   # triage let the turn through, but not surely: no rescue is asked
+SPORTS = "Explain things to me like an overexcited sports commentator."
+
+
+@pytest.mark.parametrize("p_quote,p_none,p_triage,rule", [
+    (0.8, None, 0.9, SPORTS),
+    (0.45, 0.4, 0.9, SPORTS),  # P(some sentence) 0.6, most of it on this one
+    (0.3, 0.6, 0.9, None),     # the model is not sure any sentence should last
+    (0.4, 0.1, 0.9, None),     # it is, but not which (0.4 of 0.9): the paraphrase goes
+    (0.8, None, 0.5, None)])   # triage let the turn through, but not surely: no rescue is asked
 def test_a_paraphrased_persona_is_the_users_sentence_the_model_points_at(
-        tmp_path, p_quote, p_triage, rule):
+        tmp_path, p_quote, p_none, p_triage, rule):
     """The model's rule lost what the user asked for ("Use an energetic tone" for a sports
     commentator) and shares no two words with any sentence of theirs: the quote step picks
     the user's own sentence, which is grounded by construction; questions are no option."""
     llm = QuoteScored(["Use an energetic, upbeat tone"], "commentator", p_quote, p_triage,
-                      name="Energetic tone")
+                      p_none=p_none, name="Energetic tone")
     actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
         PERSONA, "turn")
     if rule is None:
