@@ -72,10 +72,11 @@ TRIAGE_SURE_P = 0.9
 # no longer be followed) reaches this (``replace.md``; `skilldesk bench replace`).
 REPLACE_MIN_P = 0.7
 # The quote step (:meth:`Pipeline.quote`) counts the sentence the model points at when its P
-# (some sentence is meant to last) reaches QUOTE_MIN_P (even odds) and the sentence holds most
-# of it (sixteenth round: the bar was on the likeliest sentence alone, 0.25-0.47 for the facts
-# said alone of the constraints tune half), and runs only after a cue word or where triage's P(durable)
-# reached QUOTE_TRIAGE_P: a rescue of rules the model could not ground asks for surer evidence
+# reaches QUOTE_MIN_P (even odds); after the keep check, also when P(some sentence is meant to
+# last) reaches it and the sentence holds most of that (the facts said alone of the constraints
+# tune half: P(0) 0.27-0.49, the likeliest sentence 0.36-0.47). It runs only after a cue word
+# or where triage's P(durable) reached QUOTE_TRIAGE_P: a rescue of rules the model could not
+# ground asks for surer evidence
 # than a write does. Pooled over the read splits fresh10-16 (317 scored turns, 110 durable,
 # `skilldesk bench triage`): at 0.6 triage lets 54% of the durable turns and 10% of the others
 # through, at the write bar (0.42) 95% and 33%. On the 31 read scenarios that reach the step,
@@ -163,14 +164,24 @@ class Pipeline:
                     # 辣的食物" for "我完全不能吃辣"): the user's own sentence of the evidence
                     # turn that says the same thing is the rule; only where there is none may
                     # the model's keep check save its own wording (on fresh3 it kept "将信息分
-                    # 成小块" where the user's sentence asked for questions and answers)
+                    # 成小块" where the user's sentence asked for questions and answers); where
+                    # that does not either, the user's likeliest sentence when the model is
+                    # sure one of them should last (a fact said alone: "海鲜过敏，虾蟹吃一口就得
+                    # 进医院。"), not which (:meth:`quote`)
                     own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
                     if own is None and by_model:
-                        own = self.quote(w, requests)
+                        own = self.quote(w, requests, which=True)
                     c.constraints = [own] if own is not None else said
                     why = vet_candidate(c, w.user_text, w.assistant_text, texts,
                                         None if own is not None else keep, context=requests,
                                         evidence=evidence, reword=reword)
+                    if why and why.startswith("no rule grounded") and own is None and by_model:
+                        own = self.quote(w, requests, which=False)
+                        if own is not None:
+                            c.constraints = [own]
+                            why = vet_candidate(c, w.user_text, w.assistant_text, texts,
+                                                context=requests, evidence=evidence,
+                                                reword=reword)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:
@@ -405,17 +416,18 @@ class Pipeline:
         return 1.0 - probs["none"]
 
     # ------------------------------------------------------------------------------ quote
-    def quote(self, w: triage.Window, requests: Sequence[str] = ()) -> str | None:
+    def quote(self, w: triage.Window, requests: Sequence[str] = (), which: bool = True
+              ) -> str | None:
         """The sentence of the window's evidence turns that says what the user wants to last,
         picked by the model (``quote.md``: its number, or 0 for none), where the model's own
         rules paraphrased the user beyond grounding and no sentence of theirs shares the
         rules' words (Qwen-1.5B wrote "Use a calm, soothing tone" for "Talk to me like a
         hushed nature documentary narrator…"). The user's sentence is grounded by
-        construction. Two decisions are read from one forward pass after ``{"sentence": "``:
-        whether any sentence is meant to last (1 - P(0) reaches :data:`QUOTE_MIN_P`), and which
-        (the likeliest, holding a majority of that mass). A fact said alone spreads the mass
-        over its clauses ("海鲜过敏，虾蟹吃一口就得进医院。": P(0) 0.48, the likelier clause 0.41),
-        which a bar on the one likeliest sentence read as "none". None otherwise."""
+        construction. Read after ``{"sentence": "`` (one forward pass): with ``which``, the
+        model must be sure which sentence (its P reaches :data:`QUOTE_MIN_P`); without, only
+        that some sentence is meant to last (1 - P(0) reaches it) and that this one holds most
+        of that — a fact said alone spreads the mass over its clauses ("海鲜过敏，虾蟹吃一口就得
+        进医院。": P(0) 0.48, the likelier clause 0.41). None otherwise."""
         if all(c.startswith("model:") for c in w.cues) and max(
                 (self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0) < QUOTE_TRIAGE_P:
             return None  # triage let the turn through, but not surely enough for a rescue
@@ -427,6 +439,8 @@ class Pipeline:
         best = max(range(1, len(probs)), key=probs.__getitem__)
         log.info("evolution: quote P(some) %.3f, %d P %.3f of %d (%s)", some, best,
                  probs[best], len(sents), clip(sents[best - 1], 80))
+        if which:
+            return sents[best - 1] if probs[best] >= QUOTE_MIN_P else None
         return sents[best - 1] if some >= QUOTE_MIN_P and probs[best] > some / 2 else None
 
     def quote_scores(self, sentences: list[str], requests: Sequence[str] = ()

@@ -237,6 +237,10 @@ def test_qwen_quote_points_at_the_persona_sentence_and_at_none_for_a_tweak(pipel
     assert persona is not None and "commentator" in persona
     assert quote("Write a leaving card message for my colleague Ruth.",
                  "Too stiff. Warmer than that, and mention her allotment.") is None
+    # a fact said alone, two clauses of one Chinese sentence: the model is sure one of them
+    # should last, not which; the likelier clause is the rule
+    fact = quote("我对花生过敏，沾一点就浑身起疹子。")
+    assert fact is not None and ("花生" in fact or "疹子" in fact), fact
 
 
 
