@@ -31,9 +31,10 @@ from engine.text import normalize
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 SCENARIOS = SCENARIO_DIR / "evolution.jsonl"
-SPLITS = ("tune", "heldout", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "fresh7",
-          "fresh8", "fresh9", "fresh10", "fresh11", "fresh12", "fresh13", "fresh14",
-          "fresh15", "fresh16", "fresh17", "fresh18", "fresh19", "fresh20", "fresh21", "fresh22")
+# the people set's halves, then one fresh split per people_fresh<N>.jsonl file, in order
+SPLITS = ("tune", "heldout", *sorted(
+    (f.stem.removeprefix("people_") for f in SCENARIO_DIR.glob("people_fresh*.jsonl")),
+    key=lambda s: int(s.removeprefix("fresh") or 1)))
 QUICK = ["en-tldr-once", "zh-formal-tone", "en-repeat-bullets", "en-oneoff-always-question",
          "zh-oneoff-dont", "en-correct-indent", "zh-correct-weekly", "en-add-then-correct",
          "en-two-tasks", "zh-switch", "en-known"]
