@@ -76,12 +76,11 @@ REPLACE_MIN_P = 0.7
 # last) reaches it and the sentence holds most of that (the facts said alone of the constraints
 # tune half: P(0) 0.27-0.49, the likeliest sentence 0.36-0.47). It runs only after a cue word
 # or where triage's P(durable) reached QUOTE_TRIAGE_P: a rescue of rules the model could not
-# ground asks for surer evidence
-# than a write does. Pooled over the read splits fresh10-16 (317 scored turns, 110 durable,
-# `skilldesk bench triage`): at 0.6 triage lets 54% of the durable turns and 10% of the others
-# through, at the write bar (0.42) 95% and 33%. On the 31 read scenarios that reach the step,
-# the tweaks it turned into skills ("make it funnier", "two or three plain lines") scored
-# 0.49-0.56 there, the three personas it saved 0.61-0.66.
+# ground asks for surer evidence than a write does. Pooled over the read splits fresh10-16
+# (317 scored turns, 110 durable, `skilldesk bench triage`): at 0.6 triage lets 54% of the
+# durable turns and 10% of the others through, at the write bar (0.42) 95% and 33%. On the 31
+# read scenarios that reach the step, the tweaks it turned into skills ("make it funnier",
+# "two or three plain lines") scored 0.49-0.56 there, the three personas it saved 0.61-0.66.
 QUOTE_MIN_P = 0.5
 QUOTE_TRIAGE_P = 0.6
 Search = Callable[[str, int], list[Neighbour]]
