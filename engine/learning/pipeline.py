@@ -72,9 +72,10 @@ TRIAGE_SURE_P = 0.9
 # no longer be followed) reaches this (``replace.md``; `skilldesk bench replace`).
 REPLACE_MIN_P = 0.7
 # The quote step (:meth:`Pipeline.quote`) counts the sentence the model points at when its P
-# reaches QUOTE_MIN_P (even odds); after the keep check, also when P(some sentence is meant to
-# last) reaches it and the sentence holds most of that (the facts said alone of the constraints
-# tune half: P(0) 0.27-0.49, the likeliest sentence 0.36-0.47). It runs only after a cue word
+# reaches QUOTE_MIN_P (even odds); after the keep check, for a message said alone, also when
+# P(some sentence is meant to last) reaches it and the sentence holds most of that (the facts
+# said alone of the constraints tune half: P(0) 0.27-0.49, the likeliest sentence 0.36-0.47).
+# It runs only after a cue word
 # or where triage's P(durable) reached QUOTE_TRIAGE_P: a rescue of rules the model could not
 # ground asks for surer evidence than a write does. Pooled over the read splits fresh10-16
 # (317 scored turns, 110 durable, `skilldesk bench triage`): at 0.6 triage lets 54% of the
@@ -164,9 +165,9 @@ class Pipeline:
                     # turn that says the same thing is the rule; only where there is none may
                     # the model's keep check save its own wording (on fresh3 it kept "将信息分
                     # 成小块" where the user's sentence asked for questions and answers); where
-                    # that does not either, the user's likeliest sentence when the model is
-                    # sure one of them should last (a fact said alone: "海鲜过敏，虾蟹吃一口就得
-                    # 进医院。"), not which (:meth:`quote`)
+                    # that does not either, for a message said alone, the user's likeliest
+                    # sentence when the model is sure one of them should last, not which (a
+                    # fact: "海鲜过敏，虾蟹吃一口就得进医院。", :meth:`quote`)
                     own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
                     if own is None and by_model:
                         own = self.quote(w, requests, which=True)
@@ -426,7 +427,12 @@ class Pipeline:
         model must be sure which sentence (its P reaches :data:`QUOTE_MIN_P`); without, only
         that some sentence is meant to last (1 - P(0) reaches it) and that this one holds most
         of that — a fact said alone spreads the mass over its clauses ("海鲜过敏，虾蟹吃一口就得
-        进医院。": P(0) 0.48, the likelier clause 0.41). None otherwise."""
+        进医院。": P(0) 0.48, the likelier clause 0.41). That reading is for a message said
+        alone, with no request before it: after one, a tweak of the answer ("Too stiff. Warmer
+        than that, and mention her allotment.") reached it, and a merge got the user's reason
+        instead of their rule (read fresh21). None otherwise."""
+        if not which and requests:
+            return None
         if all(c.startswith("model:") for c in w.cues) and max(
                 (self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0) < QUOTE_TRIAGE_P:
             return None  # triage let the turn through, but not surely enough for a rescue

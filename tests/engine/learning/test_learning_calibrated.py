@@ -379,9 +379,8 @@ SPORTS = "Explain things to me like an overexcited sports commentator."
 
 @pytest.mark.parametrize("p_quote,p_none,p_triage,rule", [
     (0.8, None, 0.9, SPORTS),
-    (0.45, 0.4, 0.9, SPORTS),  # P(some sentence) 0.6, most of it on this one
+    (0.45, 0.4, 0.9, None),    # P(some sentence) 0.6, most on this one; not said alone
     (0.3, 0.6, 0.9, None),     # the model is not sure any sentence should last
-    (0.4, 0.1, 0.9, None),     # it is, but not which (0.4 of 0.9): the paraphrase goes
     (0.8, None, 0.5, None)])   # triage let the turn through, but not surely: no rescue is asked
 def test_a_paraphrased_persona_is_the_users_sentence_the_model_points_at(
         tmp_path, p_quote, p_none, p_triage, rule):
@@ -400,6 +399,25 @@ def test_a_paraphrased_persona_is_the_users_sentence_the_model_points_at(
     assert rule in actions[0].skill.instructions
     assert "basil" not in actions[0].skill.instructions.lower()
     assert llm.options == ["Dull.", rule, "Whatever I ask, I want that voice."]
+
+
+@pytest.mark.parametrize("p_quote,p_none,rule", [
+    (0.45, 0.4, "虾蟹吃一口就得进医院"),  # P(some clause) 0.6, most of it on this one
+    (0.3, 0.6, None),                   # the model is not sure any clause should last
+    (0.45, 0.1, None)])                 # it is, but not which (0.45 of 0.9)
+def test_a_fact_said_alone_is_the_clause_the_model_is_surest_of_after_the_keep_check(
+        tmp_path, p_quote, p_none, rule):
+    """A fact said alone, the model's rule ungrounded ("推荐食物时避开花生") and not kept: the
+    user's clause is the rule where the model is sure some clause should last, not which."""
+    llm = QuoteScored(["推荐食物时避开花生"], "虾蟹", p_quote, p_none=p_none, name="过敏")
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        [U("海鲜过敏，虾蟹吃一口就得进医院。"), A("记住了。")], "turn")
+    assert "keep" in llm.calls  # asked first (it says no); the quote's one read is cached
+    if rule is None:
+        assert [a.kind for a in actions] == ["discard"]
+        return
+    assert [a.kind for a in actions] == ["add"] and rule in actions[0].skill.instructions
+    assert "花生" not in actions[0].skill.instructions
 
 
 def test_the_quote_step_offers_each_chinese_clause_alone(tmp_path):
