@@ -72,16 +72,13 @@ TRIAGE_SURE_P = 0.9
 # no longer be followed) reaches this (``replace.md``; `skilldesk bench replace`).
 REPLACE_MIN_P = 0.7
 # The quote step (:meth:`Pipeline.quote`) counts the sentence the model points at when its P
-# reaches QUOTE_MIN_P (even odds); after the keep check, for a message said alone, also when
-# P(some sentence is meant to last) reaches it and the sentence holds most of that (the facts
-# said alone of the constraints tune half: P(0) 0.27-0.49, the likeliest sentence 0.36-0.47).
-# It runs only after a cue word
-# or where triage's P(durable) reached QUOTE_TRIAGE_P: a rescue of rules the model could not
-# ground asks for surer evidence than a write does. Pooled over the read splits fresh10-16
-# (317 scored turns, 110 durable, `skilldesk bench triage`): at 0.6 triage lets 54% of the
-# durable turns and 10% of the others through, at the write bar (0.42) 95% and 33%. On the 31
-# read scenarios that reach the step, the tweaks it turned into skills ("make it funnier",
-# "two or three plain lines") scored 0.49-0.56 there, the three personas it saved 0.61-0.66.
+# reaches QUOTE_MIN_P (a majority), and runs only after a cue word or where triage's P(durable)
+# reached QUOTE_TRIAGE_P: a rescue of rules the model could not ground asks for surer evidence
+# than a write does. Pooled over the read splits fresh10-16 (317 scored turns, 110 durable,
+# `skilldesk bench triage`): at 0.6 triage lets 54% of the durable turns and 10% of the others
+# through, at the write bar (0.42) 95% and 33%. On the 31 read scenarios that reach the step,
+# the tweaks it turned into skills ("make it funnier", "two or three plain lines") scored
+# 0.49-0.56 there, the three personas it saved 0.61-0.66.
 QUOTE_MIN_P = 0.5
 QUOTE_TRIAGE_P = 0.6
 Search = Callable[[str, int], list[Neighbour]]
@@ -164,24 +161,14 @@ class Pipeline:
                     # 辣的食物" for "我完全不能吃辣"): the user's own sentence of the evidence
                     # turn that says the same thing is the rule; only where there is none may
                     # the model's keep check save its own wording (on fresh3 it kept "将信息分
-                    # 成小块" where the user's sentence asked for questions and answers); where
-                    # that does not either, for a message said alone, the user's likeliest
-                    # sentence when the model is sure one of them should last, not which (a
-                    # fact: "海鲜过敏，虾蟹吃一口就得进医院。", :meth:`quote`)
+                    # 成小块" where the user's sentence asked for questions and answers)
                     own = own_sentence(said, [t.text for t in w.turns[w.focus:]])
                     if own is None and by_model:
-                        own = self.quote(w, requests, which=True)
+                        own = self.quote(w, requests)
                     c.constraints = [own] if own is not None else said
                     why = vet_candidate(c, w.user_text, w.assistant_text, texts,
                                         None if own is not None else keep, context=requests,
                                         evidence=evidence, reword=reword)
-                    if why and why.startswith("no rule grounded") and own is None and by_model:
-                        own = self.quote(w, requests, which=False)
-                        if own is not None:
-                            c.constraints = [own]
-                            why = vet_candidate(c, w.user_text, w.assistant_text, texts,
-                                                context=requests, evidence=evidence,
-                                                reword=reword)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:
@@ -416,23 +403,14 @@ class Pipeline:
         return 1.0 - probs["none"]
 
     # ------------------------------------------------------------------------------ quote
-    def quote(self, w: triage.Window, requests: Sequence[str] = (), which: bool = True
-              ) -> str | None:
+    def quote(self, w: triage.Window, requests: Sequence[str] = ()) -> str | None:
         """The sentence of the window's evidence turns that says what the user wants to last,
         picked by the model (``quote.md``: its number, or 0 for none), where the model's own
         rules paraphrased the user beyond grounding and no sentence of theirs shares the
         rules' words (Qwen-1.5B wrote "Use a calm, soothing tone" for "Talk to me like a
         hushed nature documentary narrator…"). The user's sentence is grounded by
-        construction. Read after ``{"sentence": "`` (one forward pass): with ``which``, the
-        model must be sure which sentence (its P reaches :data:`QUOTE_MIN_P`); without, only
-        that some sentence is meant to last (1 - P(0) reaches it) and that this one holds most
-        of that — a fact said alone spreads the mass over its clauses ("海鲜过敏，虾蟹吃一口就得
-        进医院。": P(0) 0.48, the likelier clause 0.41). That reading is for a message said
-        alone, with no request before it: after one, a tweak of the answer ("Too stiff. Warmer
-        than that, and mention her allotment.") reached it, and a merge got the user's reason
-        instead of their rule (read fresh21). None otherwise."""
-        if not which and requests:
-            return None
+        construction; it counts when its probability reaches :data:`QUOTE_MIN_P` (read after
+        ``{"sentence": "``, one forward pass); None otherwise."""
         if all(c.startswith("model:") for c in w.cues) and max(
                 (self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0) < QUOTE_TRIAGE_P:
             return None  # triage let the turn through, but not surely enough for a rescue
@@ -440,13 +418,10 @@ class Pipeline:
         probs = self.quote_scores(sents, requests)
         if probs is None:
             return None
-        some = 1.0 - probs[0]  # P(some sentence says what should last)
-        best = max(range(1, len(probs)), key=probs.__getitem__)
-        log.info("evolution: quote P(some) %.3f, %d P %.3f of %d (%s)", some, best,
-                 probs[best], len(sents), clip(sents[best - 1], 80))
-        if which:
-            return sents[best - 1] if probs[best] >= QUOTE_MIN_P else None
-        return sents[best - 1] if some >= QUOTE_MIN_P and probs[best] > some / 2 else None
+        best = max(range(len(probs)), key=probs.__getitem__)
+        log.info("evolution: quote %d P %.3f of %d (%s)", best, probs[best], len(sents),
+                 clip(sents[best - 1], 80) if best else "none")
+        return sents[best - 1] if best and probs[best] >= QUOTE_MIN_P else None
 
     def quote_scores(self, sentences: list[str], requests: Sequence[str] = ()
                      ) -> list[float] | None:

@@ -300,8 +300,7 @@ def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_pa
 
 class KeepScored(FixedExtract):
     """FixedExtract on a backend that reads token scores: extraction decides "a skill", the
-    keep check (keep.md) says yes with probability ``p_keep``, the quote step (quote.md) that
-    no sentence is meant to last."""
+    keep check (keep.md) says yes with probability ``p_keep``."""
 
     def __init__(self, rules, p_keep, **kw):
         super().__init__(rules, **kw)
@@ -311,8 +310,6 @@ class KeepScored(FixedExtract):
         if prefix.startswith('{"keep"'):
             self.calls.append("keep")
             return {o: math.log(self.p_keep if o == "yes" else 1 - self.p_keep) for o in options}
-        if prefix.startswith('{"sentence"'):
-            return {o: math.log(0.6 if o == "0" else 0.4 / (len(options) - 1)) for o in options}
         return {o: math.log(0.01 if o == " []" else 0.99) for o in options}  # extraction
 
 
@@ -337,14 +334,12 @@ def test_the_users_own_sentence_comes_before_the_models_keep_check(tmp_path):
 class QuoteScored(FixedExtract):
     """FixedExtract on a backend that reads token scores: triage says durable with
     probability ``p_triage``, extraction "a skill", the keep check no, and the quote step
-    (quote.md) points at the option whose text holds ``word`` with probability ``p_quote``
-    and at none with ``p_none`` (the rest spread evenly over the other options);
+    (quote.md) points at the option whose text holds ``word`` with probability ``p_quote``;
     a later turn is wanted again (lasting.md) with probability ``p_again``."""
 
-    def __init__(self, rules, word, p_quote, p_triage=0.9, p_again=0.9, p_none=None, **kw):
+    def __init__(self, rules, word, p_quote, p_triage=0.9, p_again=0.9, **kw):
         super().__init__(rules, **kw)
         self.word, self.p_quote, self.p_triage, self.p_again = word, p_quote, p_triage, p_again
-        self.p_none = p_none
         self.options: list[str] = []
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
@@ -353,10 +348,8 @@ class QuoteScored(FixedExtract):
             shown = messages[-1]["content"].rsplit("Sentences:", 1)[1].strip().splitlines()
             self.options = [line.split(". ", 1)[1] for line in shown]
             pick = next(str(i) for i, o in enumerate(self.options, 1) if self.word in o)
-            fixed = {pick: self.p_quote} if self.p_none is None else {pick: self.p_quote,
-                                                                      "0": self.p_none}
-            rest = (1 - sum(fixed.values())) / (len(options) - len(fixed))
-            return {o: math.log(fixed.get(o, rest)) for o in options}
+            rest = (1 - self.p_quote) / (len(options) - 1)
+            return {o: math.log(self.p_quote if o == pick else rest) for o in options}
         if prefix.startswith('{"kind"'):
             return {o: math.log(1 - self.p_triage if o == "none" else self.p_triage / 6)
                     for o in options}
@@ -374,21 +367,17 @@ PERSONA = [U("How do I keep basil alive on a windowsill?"), A("Water it when the
              "Whatever I ask, I want that voice.")]
 
 
-SPORTS = "Explain things to me like an overexcited sports commentator."
-
-
-@pytest.mark.parametrize("p_quote,p_none,p_triage,rule", [
-    (0.8, None, 0.9, SPORTS),
-    (0.45, 0.4, 0.9, None),    # P(some sentence) 0.6, most on this one; not said alone
-    (0.3, 0.6, 0.9, None),     # the model is not sure any sentence should last
-    (0.8, None, 0.5, None)])   # triage let the turn through, but not surely: no rescue is asked
+@pytest.mark.parametrize("p_quote,p_triage,rule", [
+    (0.8, 0.9, "Explain things to me like an overexcited sports commentator."),
+    (0.4, 0.9, None),    # the model is not sure which sentence: the paraphrase goes
+    (0.8, 0.5, None)])   # triage let the turn through, but not surely: no rescue is asked
 def test_a_paraphrased_persona_is_the_users_sentence_the_model_points_at(
-        tmp_path, p_quote, p_none, p_triage, rule):
+        tmp_path, p_quote, p_triage, rule):
     """The model's rule lost what the user asked for ("Use an energetic tone" for a sports
     commentator) and shares no two words with any sentence of theirs: the quote step picks
     the user's own sentence, which is grounded by construction; questions are no option."""
     llm = QuoteScored(["Use an energetic, upbeat tone"], "commentator", p_quote, p_triage,
-                      p_none=p_none, name="Energetic tone")
+                      name="Energetic tone")
     actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
         PERSONA, "turn")
     if rule is None:
@@ -399,25 +388,6 @@ def test_a_paraphrased_persona_is_the_users_sentence_the_model_points_at(
     assert rule in actions[0].skill.instructions
     assert "basil" not in actions[0].skill.instructions.lower()
     assert llm.options == ["Dull.", rule, "Whatever I ask, I want that voice."]
-
-
-@pytest.mark.parametrize("p_quote,p_none,rule", [
-    (0.45, 0.4, "虾蟹吃一口就得进医院"),  # P(some clause) 0.6, most of it on this one
-    (0.3, 0.6, None),                   # the model is not sure any clause should last
-    (0.45, 0.1, None)])                 # it is, but not which (0.45 of 0.9)
-def test_a_fact_said_alone_is_the_clause_the_model_is_surest_of_after_the_keep_check(
-        tmp_path, p_quote, p_none, rule):
-    """A fact said alone, the model's rule ungrounded ("推荐食物时避开花生") and not kept: the
-    user's clause is the rule where the model is sure some clause should last, not which."""
-    llm = QuoteScored(["推荐食物时避开花生"], "虾蟹", p_quote, p_none=p_none, name="过敏")
-    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
-        [U("海鲜过敏，虾蟹吃一口就得进医院。"), A("记住了。")], "turn")
-    assert "keep" in llm.calls  # asked first (it says no); the quote's one read is cached
-    if rule is None:
-        assert [a.kind for a in actions] == ["discard"]
-        return
-    assert [a.kind for a in actions] == ["add"] and rule in actions[0].skill.instructions
-    assert "花生" not in actions[0].skill.instructions
 
 
 def test_the_quote_step_offers_each_chinese_clause_alone(tmp_path):

@@ -223,28 +223,21 @@ def test_qwen_names_a_skill_from_its_rules(pipeline, description, rules):
 def test_qwen_quote_points_at_the_persona_sentence_and_at_none_for_a_tweak(pipeline):
     """The quote step (quote.md) on the recommended model, where its paraphrase of the user
     could not be grounded: of a persona turn it picks the sentence naming the voice (not the
-    opener, not the "whatever I ask" one); of a tweak of the last answer, nothing; of a fact
-    said alone, one of its clauses (asked without the bar on which sentence, as the pipeline
-    asks after its keep check)."""
+    opener, not the "whatever I ask" one); of a tweak of the last answer, nothing."""
     from engine.learning import triage
 
-    def quote(*said: str, which: bool = True) -> str | None:
+    def quote(*said: str) -> str | None:
         turns = triage.user_turns([{"role": "user", "content": s} for s in said])
         w = triage.Window(turns=turns, cues=["test"], focus=len(turns) - 1)  # no triage bar
-        return pipeline.quote(w, list(said[:-1]), which=which)
+        return pipeline.quote(w, list(said[:-1]))
 
     persona = quote("How do I get limescale off a shower head?",
                     "Meh. Explain it like an overexcited horse racing commentator. "
                     "Whatever I ask, that's how I want you to answer.")
     assert persona is not None and "commentator" in persona
-    for which in (True, False):
-        assert quote("Write a leaving card message for my colleague Ruth.",
-                     "Too stiff. Warmer than that, and mention her allotment.",
-                     which=which) is None
-    # a fact said alone, two clauses of one Chinese sentence: the model is sure one of them
-    # should last, not which; the likelier clause is the rule
-    fact = quote("我对花生过敏，沾一点就浑身起疹子。", which=False)
-    assert fact is not None and ("花生" in fact or "疹子" in fact), fact
+    assert quote("Write a leaving card message for my colleague Ruth.",
+                 "Too stiff. Warmer than that, and mention her allotment.") is None
+
 
 
 def test_qwen_opening_check_stops_a_question_triage_let_through_but_not_a_stated_fact(
