@@ -19,6 +19,7 @@ merge must replace), ``examples`` (the skill should carry an example). A scenari
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +32,11 @@ from engine.text import normalize
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 SCENARIOS = SCENARIO_DIR / "evolution.jsonl"
-# the people set's halves, then one fresh split per people_fresh<N>.jsonl file, in order
-SPLITS = ("tune", "heldout", *sorted(
-    (f.stem.removeprefix("people_") for f in SCENARIO_DIR.glob("people_fresh*.jsonl")),
-    key=lambda s: int(s.removeprefix("fresh") or 1)))
+# the people set's halves, then one fresh split per people_fresh<N>.jsonl file, in order (a
+# file named otherwise is no split)
+_FRESH = [m for f in SCENARIO_DIR.glob("people_fresh*.jsonl")
+          if (m := re.fullmatch(r"people_(fresh(\d*))", f.stem))]
+SPLITS = ("tune", "heldout", *(m[1] for m in sorted(_FRESH, key=lambda m: int(m[2] or 1))))
 QUICK = ["en-tldr-once", "zh-formal-tone", "en-repeat-bullets", "en-oneoff-always-question",
          "zh-oneoff-dont", "en-correct-indent", "zh-correct-weekly", "en-add-then-correct",
          "en-two-tasks", "zh-switch", "en-known"]
