@@ -432,7 +432,14 @@ class SkillDesk(SkillManagement):
         worker.wait_ready()
         client = LLMClient(worker, priority=BACKGROUND)
         return Pipeline(self.bank, self.user, client, search=self.neighbours,
-                        refresh=lambda paths: self.refresh(paths))
+                        refresh=lambda paths: self.refresh(paths),
+                        related=self._related())
+
+    def _related(self) -> float | None:
+        """η, where the index scores P(related): the judge's bar for a merge into a skill whose
+        task the user was not asking for (engine/learning/judge.py)."""
+        p = self.index.params
+        return p.threshold if p.relevance and p.threshold > 0 else None
 
     def ingest(self, messages: list[dict], *, wait: bool = True,
                timeout: float | None = None) -> LearningReport:

@@ -126,20 +126,44 @@ def _rule_sentences(turns: list[str], rules: list[str]) -> tuple[list[str], list
     has half of its own words, two at least, in the rules (a clause of a long rule:
     "每段别超过二十分钟"; not "Give me a pancake recipe." beside a rule about recipes)."""
     said = content_tokens("\n".join(rules))
-    sents = [(m[0], content_tokens(m[0])) for t in turns for m in _CLAUSE.finditer(t)]
-    sents = [(s, toks) for s, toks in sents if toks]
-    best = set()
-    for r in rules:
-        rt = content_tokens(r)
-        fit = [(len(rt & toks), len(rt & toks) / len(toks)) for _, toks in sents]
-        top = max(fit, default=(0, 0.0))
-        best |= {i for i, f in enumerate(fit) if top[0] and f == top}
+    sents = _clauses(turns)
+    best = _closest(sents, rules)
     ruled, asked = [], []
     for i, (s, toks) in enumerate(sents):
         states = (i in best or any(coverage(r, toks) >= 0.34 for r in rules)
                   or (coverage(toks, said) >= 0.5 and len(toks & said) >= 2))
         (ruled if states else asked).append(s)
     return ruled, asked
+
+
+def _clauses(turns: list[str]) -> list[tuple[str, set[str]]]:
+    """The sentences and Chinese clauses of ``turns`` that hold a content word, with them."""
+    sents = [(m[0], content_tokens(m[0])) for t in turns for m in _CLAUSE.finditer(t)]
+    return [(s, toks) for s, toks in sents if toks]
+
+
+def _closest(sents: list[tuple[str, set[str]]], rules: list[str]) -> set[int]:
+    """Per rule, the sentence sharing the most of its words (between sentences sharing as
+    many, the one with the larger share of its own words in the rule)."""
+    best: set[int] = set()
+    for r in rules:
+        rt = content_tokens(r)
+        fit = [(len(rt & toks), len(rt & toks) / len(toks)) for _, toks in sents]
+        top = max(fit, default=(0, 0.0))
+        best |= {i for i, f in enumerate(fit) if top[0] and f == top}
+    return best
+
+
+def request_part(asked: str, rules: list[str]) -> str:
+    """What was ``asked`` (:func:`~engine.learning.pipeline.asked_for`, turns joined by " / ")
+    less the sentence closest to each of ``rules`` (:func:`_closest`): the request the rules
+    were said for, with any reason said beside them; "" when the user's words were the rule
+    alone ("Horror genuinely freaks me out." for "Avoid horror films"). Only the closest:
+    a request sharing a word with its rule ("Suggest food for a picnic." beside "No salty
+    food for me") is still the request."""
+    sents = _clauses(asked.split(" / "))
+    best = _closest(sents, rules)
+    return " ".join(s for i, (s, _) in enumerate(sents) if i not in best)
 
 
 _CAP = re.compile(r"\b[A-Z][\w'-]+")

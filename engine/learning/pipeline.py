@@ -105,7 +105,8 @@ class Pipeline:
     def __init__(self, bank: SkillBank, user: str, llm: LLMClient | None, *,
                  search: Search | None = None,
                  refresh: Callable[[list[Path]], Any] | None = None,
-                 policy: dict[str, str] | None = None, top_m: int = TOP_M):
+                 policy: dict[str, str] | None = None, top_m: int = TOP_M,
+                 related: float | None = None):
         self.bank, self.user, self.llm = bank, user, llm
         self.search = search or lexical_search(bank, user)
         self.refresh = refresh or (lambda paths: None)
@@ -114,6 +115,7 @@ class Pipeline:
         if llm is None:  # no model: only what rules can do
             self.policy.update(extract="rule", judge="rule", merge="rule")
         self.top_m = top_m
+        self.related = related  # η, where ``search`` scores are retrieval's P(related)
         self.triaged: dict[int, float] = {}
         self.quoted: dict[tuple, list[float] | None] = {}  # quote answers of this run
         self.users: list[triage.UserTurn] = []  # the user's turns of the conversation
@@ -564,7 +566,8 @@ class Pipeline:
         if not same:
             return self.add(c, turn_id, f"no similar {c.level} skill yet")
         if self.policy["judge"] == "llm" and self.llm is not None:
-            decision, target, reason = judge_llm(self.llm, c, same, asked, self.said)
+            decision, target, reason = judge_llm(self.llm, c, same, asked, self.said,
+                                                 self.related)
         else:
             decision, target, reason = judge_rule(c, same)
         if decision == "add":

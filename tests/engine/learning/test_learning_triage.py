@@ -736,6 +736,35 @@ def test_a_judges_merge_into_the_skill_the_user_was_asking_for_is_not_overruled(
     assert (done.skill.id == plans.id) == (kind == "merge")
 
 
+ALONE = "No salty food for me, I have high blood pressure."
+
+
+@pytest.mark.parametrize("first, related, kind", [
+    # said alone: no request beside it, and its words share the skill's task word "food"
+    (ALONE, 0.2, "add"),
+    (ALONE, 0.8, "merge"),  # a skill retrieval relates to it: the judge's merge stands
+    # the same rule said beside a request for the skill's task: its task was asked for
+    (f"Suggest food for a picnic. {ALONE}", 0.2, "merge")])
+def test_a_rule_merges_only_into_the_task_asked_for_or_a_skill_retrieval_relates_to_it(
+        tmp_path, first, related, kind):
+    from engine.learning.judge import Neighbour
+
+    bank, allergy = one_skill_bank(tmp_path, "Seafood allergy",
+                                   "Leave out fish and shellfish", "suggest food")
+    model = MergesIntoFirst(["No salty food"], name="Low-salt food", triggers=["suggest food"])
+
+    def search(query, k):  # the desk's neighbour search: retrieval's P(related) as the score
+        return [Neighbour(bank.read(allergy.path), related)]
+
+    pipeline = Pipeline(bank, "default", LLMClient(model), search=search, related=0.45)
+    [done] = [a for a in pipeline.run([U(first), A("Got it.")], "turn")
+              if a.kind in ("add", "merge")]
+    assert done.kind == kind and (done.skill.id == allergy.id) == (kind == "merge"), \
+        done.reason
+    if kind == "add":
+        assert "Seafood allergy is not related" in done.reason
+
+
 def test_a_second_tasks_rule_is_not_merged_into_the_skill_this_chat_wrote_for_the_first(
         tmp_path):
     bank, slips = one_skill_bank(tmp_path, "Permission slips",
