@@ -21,13 +21,13 @@ from engine.text import clip, content_tokens, coverage, jaccard
 RULE_MERGE_SIM = 0.5  # rule judge: topic word overlap with a neighbour that means "same skill"
 RULE_MERGE_SCORE = 0.45  # rule judge: fused hybrid score that means "same skill"
 RULE_FIX_SCORE = 0.3  # the same, for a correction of the last answer
-MERGE_FLOOR = 0.35  # without retrieval's P(related) (a search by word overlap, no index): a
-#                     model's "merge" into a neighbour scoring below this and sharing almost
+MERGE_FLOOR = 0.35  # a model's "merge" into a neighbour scoring below this and sharing almost
 #                     no words with the candidate is overruled into an add (dev set: true merge
 #                     targets score 0.49-0.57; a SQL rule "merged" into an email skill: 0.31).
 #                     Still needed beside shares_task: a film-rating rule shares the Chinese
 #                     bigram 推荐 with a travel plan skill (tune, 0.14); it costs one true merge
-#                     (a minutes rule at 0.31, fresh split)
+#                     (a minutes rule at 0.31, fresh split). Where the scores are
+#                     retrieval's P(related), η (``related``, 0.45 by default) is checked too
 
 
 @dataclass
@@ -118,7 +118,9 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             # not the task asked for, and not a skill retrieval would serve for the rule: a
             # neighbour of the same area is no home for it ("I have high blood pressure" is
             # no rule of a seafood-allergy skill); the same rule said again, or taken back, is
-            # related to its skill
+            # related to its skill. (The skill found for the request itself,
+            # Pipeline.neighbours' extra one, is scored against the request: reaching η
+            # there means retrieval serves it for what was asked, which is as good a home.)
             return "add", None, (f"{reason} — overruled: {n.skill.title} is not related to "
                                  f"this rule (P(related) {n.score:.2f} < {related:.2f})")
         overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]), theirs.text)

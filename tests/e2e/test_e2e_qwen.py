@@ -43,3 +43,30 @@ def test_learn_a_preference_then_follow_it(qwen_path, tmp_path):
         assert "tl;dr" in answer.text.strip().splitlines()[0].lower(), answer.text
     finally:
         desk.close()
+
+
+def test_two_facts_said_alone_stay_two_skills(qwen_path, tmp_path):
+    """Two lasting facts of one area, each said alone in its own conversation: the second is
+    no rule of the first one's skill (the judge's merge into a skill whose task was not asked
+    for needs retrieval's P(related) >= η), so neither skill's rules are rewritten by the other."""
+    from engine import SkillDesk
+
+    cfg = Settings()
+    cfg.model.model = str(qwen_path)
+    cfg.model.n_threads = 2
+    cfg.model.temperature = 0.0
+    desk = SkillDesk.open(tmp_path / "bank", config=cfg, create=True)
+    ack = {"role": "assistant", "content": "Got it, I'll keep that in mind."}
+    try:
+        written = []
+        for fact in ("我对花生过敏，沾一点就浑身起疹子。", "我有糖尿病，一直在打胰岛素。"):
+            report = desk.ingest([{"role": "user", "content": fact}, ack], wait=True)
+            written.append([(a.kind, a.skill.id if a.skill else None, a.reason)
+                            for a in report.actions if a.kind in ("add", "merge")])
+        first = {sid for kind, sid, _ in written[0] if kind == "add"}
+        second = {sid for kind, sid, _ in written[1] if kind == "add"}
+        # each fact has a skill of its own, and the second is no rule of the first one's
+        assert first and second and not first & second, written
+        assert not any(kind == "merge" and sid in first for kind, sid, _ in written[1]), written
+    finally:
+        desk.close()

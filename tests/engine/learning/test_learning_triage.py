@@ -736,6 +736,18 @@ def test_a_judges_merge_into_the_skill_the_user_was_asking_for_is_not_overruled(
     assert (done.skill.id == plans.id) == (kind == "merge")
 
 
+def test_the_desks_pipeline_judges_merges_by_the_chats_relevance_bar(tmp_path, embedder):
+    """The desk's neighbours are scored by retrieval's P(related): its learning pipeline gets
+    η, the bar the chat injects by (settings ``retrieval.min_relevance``)."""
+    desk = open_desk(tmp_path / "bank", embedder, ModelWorker(OracleLLM(PEOPLE["p-en-pirate"])))
+    try:
+        eta = desk.config.retrieval.min_relevance
+        assert eta > 0 and desk.pipeline().related == eta
+        assert all(0.0 <= n.score <= 1.0 for n in desk.neighbours("write a report", 3))
+    finally:
+        desk.close()
+
+
 ALONE = "No salty food for me, I have high blood pressure."
 
 
