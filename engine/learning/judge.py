@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from engine.bank.skill import Skill
 from engine.errors import Cancelled, SkillDeskError, StructuredOutputError
 from engine.learning.candidate import Candidate
-from engine.learning.checks import GROUNDING, request_part, says_already, task_words
+from engine.learning.checks import request_part, says_already, task_words
 from engine.learning.rules import named_tools
 from engine.llm.client import LLMClient
 from engine.text import clip, content_tokens, coverage, jaccard
@@ -47,13 +47,14 @@ def skill_text(s: Skill) -> str:
 
 
 def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = "",
-              conversation: str = "", related: float | None = None) -> Judgement:
+              key: str = "", related: float | None = None) -> Judgement:
     """The model's add / merge / discard for ``c`` among the ``same`` skills it is shown,
     read with what the user was ``asked`` when they said it, then held to the checks: a merge
     goes only into a skill it was shown, into the one its reason names, never across named
     tools, and into a skill sharing no task word only when that skill's task is what was asked
-    for (and it was not written from this ``conversation``); a discard only where the skill
-    says the rule. Where the scores are retrieval's P(related), a merge into a skill whose task
+    for (and it was not written by this conversation, whose
+    :func:`~engine.learning.pipeline.conversation_key` is ``key``); a discard only where
+    the skill says the rule. Where the scores are retrieval's P(related), a merge into a skill whose task
     was not asked for needs that P to reach η, ``related`` (None: word checks only)."""
     lines = "\n".join(f"{i}. {Candidate.from_skill(n.skill).summary()}"
                       for i, n in enumerate(same, 1))
@@ -91,7 +92,7 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
         # said alone, all different) 5 of the 7 merges, all wrong, stood that way ("adds a
         # budget rule (the skill is what was asked for)")
         request = request_part(asked, c.constraints)
-        asked_for = what_was_asked(same, request, conversation)
+        asked_for = what_was_asked(same, request, key)
         if asked_for is not None and asked_for != target:
             reason += (f" (#{asked_for} is the task that was asked for, not #{target}: "
                        f"#{asked_for} is used)")
@@ -103,8 +104,7 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             return "add", None, (f"{reason} — overruled: {n.skill.title} is about "  # SQL
                                  f"{', '.join(sorted(their_tools))}, this about "  # rules
                                  f"{', '.join(sorted(mine_tools))}")  # never go into Python
-        if task_words(theirs) & content_tokens(request) and not said_here(theirs,
-                                                                             conversation):
+        if task_words(theirs) & content_tokens(request) and not learned_here(n.skill, key):
             # the skill's task is what the user was asking for when they said the rule
             # ("Make me a running plan" … "my shins can't take more pounding" merged into
             # "Running training plans"): the word vetoes below, made for rules judged
@@ -170,20 +170,24 @@ def judge_rule(c: Candidate, same: list[Neighbour]) -> Judgement:
     return "add", None, f"rule: no skill on this topic (best score {top.score:.2f})"
 
 
-def said_here(skill: Candidate, conversation: str) -> bool:
-    """Whether the user's turns of ``conversation`` say most of ``skill``'s rules: a skill
-    learned from this conversation."""
-    said = content_tokens(conversation)
-    return bool(skill.constraints) and sum(
-        coverage(r, said) >= GROUNDING for r in skill.constraints) * 2 >= len(skill.constraints)
+def learned_here(skill: Skill, key: str) -> bool:
+    """Whether this conversation (its :func:`~engine.learning.pipeline.conversation_key`)
+    wrote ``skill``: the add's ``source_turns`` entry, the first, names it. Recorded, not
+    guessed: the word guess it replaced (the user's turns say most of the skill's rules) also
+    counted a skill the bank already had as this conversation's when the user's turns repeated
+    its rules (fresh25: a booking request listing what "Booking confirmations" already says
+    lost its merge into that skill), and missed one of this conversation's own skills whose
+    rules the model had reworded."""
+    first = skill.source_turns[0] if skill.source_turns else ""
+    return bool(key) and "@" in first and first.rpartition("@")[2] == key
 
 
-def what_was_asked(shown: list[Neighbour], asked: str, conversation: str = "") -> int | None:
+def what_was_asked(shown: list[Neighbour], asked: str, key: str = "") -> int | None:
     """The number of the one shown skill whose task words (name, triggers, tags) the request
     the rule was said for shares most, more than any other shown skill does ("帮我起草一封律师
     函" and "律师函" beside "咨询回复"; "Daily diary for Ollie please" and "Daily diaries" beside
-    "Closure notices"), or None. None too when that skill may have been learned from this
-    ``conversation`` (:func:`said_here`): its task words are in the request because it was
+    "Closure notices"), or None. None too when that skill was learned from this
+    conversation (:func:`learned_here`, ``key``): its task words are in the request because it was
     learned from it. Qwen2.5-Coder-1.5B, shown the request, still merged into a look-alike
     (read merge scenarios: the reply deadline of a lawyer's letter went into "咨询回复", a
     section for accidents into "Closure notices"); the merge itself stands, its target is the
@@ -194,7 +198,7 @@ def what_was_asked(shown: list[Neighbour], asked: str, conversation: str = "") -
     if not best or scores.count(best) > 1:
         return None
     i = scores.index(best)
-    return None if said_here(Candidate.from_skill(shown[i].skill), conversation) else i + 1
+    return None if learned_here(shown[i].skill, key) else i + 1
 
 
 def named_in_reason(reason: str, shown: list[Neighbour]) -> int | None:

@@ -11,6 +11,7 @@ on a tiny model the judge and the merge are rule-based, because its answers ther
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -84,6 +85,16 @@ QUOTE_TRIAGE_P = 0.6
 Search = Callable[[str, int], list[Neighbour]]
 
 
+def conversation_key(messages: Sequence[dict]) -> str:
+    """What a skill records of the conversation that wrote it: a short hash of the
+    conversation's first user message, the same for every learning run of one conversation
+    (each run gets the whole conversation so far). A skill's ``source_turns`` entries read
+    ``<turn id>@<key>``; the first is the add's (:func:`learned_here`)."""
+    first = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
+    return hashlib.sha1(" ".join(first.split()).encode("utf-8")).hexdigest()[:12] if first \
+        else ""
+
+
 def lexical_search(bank: SkillBank, user: str) -> Search:
     """A search over the user's skills by word overlap (when no index is at hand)."""
 
@@ -119,7 +130,7 @@ class Pipeline:
         self.triaged: dict[int, float] = {}
         self.quoted: dict[tuple, list[float] | None] = {}  # quote answers of this run
         self.users: list[triage.UserTurn] = []  # the user's turns of the conversation
-        self.said = ""  # ... as one text
+        self.key = ""  # conversation_key of the conversation being learned from
 
     # ------------------------------------------------------------------------------ the run
     def run(self, messages: list[dict], mode: str = "turn", turn_id: str | None = None,
@@ -129,7 +140,7 @@ class Pipeline:
         self.triaged = {}  # message index -> triage's P(durable), for extraction
         self.quoted = {}
         self.users = triage.user_turns(messages)
-        self.said = "\n".join(t.text for t in self.users)  # said_here
+        self.key = conversation_key(messages)
         actions: list[Action] = []
         decide = self._triage if self.policy.get("triage") == "llm" and self.llm is not None \
             else None
@@ -566,7 +577,7 @@ class Pipeline:
         if not same:
             return self.add(c, turn_id, f"no similar {c.level} skill yet")
         if self.policy["judge"] == "llm" and self.llm is not None:
-            decision, target, reason = judge_llm(self.llm, c, same, asked, self.said,
+            decision, target, reason = judge_llm(self.llm, c, same, asked, self.key,
                                                  self.related)
         else:
             decision, target, reason = judge_rule(c, same)
@@ -579,6 +590,11 @@ class Pipeline:
                       skill=target.skill if target else None)
 
     # ------------------------------------------------------------------------------ write
+    def source(self, turn_id: str | None) -> list[str]:
+        """The ``source_turns`` entry of a write: the turn, and the conversation's key."""
+        entry = f"{turn_id or ''}@{self.key}" if self.key else turn_id or ""
+        return [entry] if entry else []
+
     def add(self, c: Candidate, turn_id: str | None, reason: str) -> Action:
         if c.name_cut and self.by_model:
             # a Chinese name cut by characters ("撰写" left of "政府报告撰写", "馈要求") or a
@@ -587,7 +603,7 @@ class Pipeline:
             if new:
                 c.triggers = [new if t == c.name else t for t in c.triggers]
                 c.name = new
-        skill = c.to_skill(source="extracted", source_turns=[turn_id] if turn_id else [])
+        skill = c.to_skill(source="extracted", source_turns=self.source(turn_id))
         written = self.bank.create(skill, self.user, source="extracted")
         self._refresh(written)
         return Action("add", skill=written, candidate=c, step="write", reason=reason)
@@ -622,7 +638,7 @@ class Pipeline:
             new = existing.copy(description=merged.description, instructions=merged.body(),
                                 triggers=merged.triggers, tags=merged.tags,
                                 examples=[{"input": e} for e in merged.examples],
-                                source_turns=existing.source_turns + ([turn_id] if turn_id else []))
+                                source_turns=[*existing.source_turns, *self.source(turn_id)])
             try:
                 written = self.bank.write(new, expected_hash=existing.content_hash,
                                           source="merged")

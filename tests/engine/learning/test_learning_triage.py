@@ -777,22 +777,46 @@ def test_a_rule_merges_only_into_the_task_asked_for_or_a_skill_retrieval_relates
         assert "Seafood allergy is not related" in done.reason
 
 
+SLIP_REQUEST = "Write a permission slip for the choir trip to the cathedral."
+SLIP_RULE = "Put a tear-off reply slip at the bottom"
+
+
 def test_a_second_tasks_rule_is_not_merged_into_the_skill_this_chat_wrote_for_the_first(
         tmp_path):
-    bank, slips = one_skill_bank(tmp_path, "Permission slips",
-                                 "Put a tear-off reply slip at the bottom",
-                                 "write a permission slip")
-    said = [U("Write a permission slip for the choir trip to the cathedral."), A("Dear…"),
-            U("Put a tear-off reply slip at the bottom, half of them never come back."),
-            A("Done."), U("Separate thing: shell commands you give me get a short comment "
-                          "above each one.")]
+    from engine.learning.pipeline import conversation_key
+
+    bank = SkillBank(tmp_path / "bank")
+    said = [U(SLIP_REQUEST), A("Dear…"),
+            U(f"{SLIP_RULE}, half of them never come back.")]
+    [first] = [a for a in Pipeline(bank, "default", LLMClient(StatedConstraint(
+        [SLIP_RULE], name="Tear-off reply slips", triggers=["write a permission slip"]))).run(
+        said, "turn", turn_id="t1") if a.kind == "add"]
+    # the skill records the conversation that wrote it
+    assert first.skill.source_turns == [f"t1@{conversation_key(said)}"], first.skill.title
+    said += [A("Done."), U("Separate thing: shell commands you give me get a short comment "
+                           "above each one.")]
     model = MergesIntoFirst(["Put a short comment above each shell command"],
                             name="Shell command comments", triggers=["give me a command"])
     done = written(bank, said, model)
     # the request names the slip skill's task only because this chat wrote that skill: the
     # judge's merge meets the word vetoes, and a shell rule shares no word with permission slips
     assert "reply slip" in model.judged and done.kind == "add", done.reason
-    assert done.skill.id != slips.id
+    assert done.skill.id != first.skill.id
+
+
+def test_a_rule_for_a_skill_the_bank_had_merges_though_the_request_repeats_its_rules(tmp_path):
+    """A request that lists what the skill already says is still a request for that skill's
+    task (fresh25: a booking request naming what "Booking confirmations" says lost its merge
+    when the user's words, not the record, decided which skills this chat wrote)."""
+    bank, slips = one_skill_bank(tmp_path, "Permission slips", SLIP_RULE,
+                                 "write a permission slip")
+    said = [U(f"{SLIP_REQUEST} {SLIP_RULE}, as usual."), A("Dear…"),
+            U("Print the date they have to be back by in bold, right under the title.")]
+    model = MergesIntoFirst(["Print the return-by date in bold under the title"],
+                            name="Return-by date", triggers=["add the return date"])
+    done = written(bank, said, model)
+    assert done.kind == "merge" and done.skill.id == slips.id, done.reason
+    assert "(the skill is what was asked for)" in done.reason
 
 
 class MergesIntoTitle(StatedConstraint):
