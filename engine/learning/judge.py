@@ -53,9 +53,9 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
     goes only into a skill it was shown, into the one its reason names, never across named
     tools, and into a skill sharing no task word only when that skill's task is what was asked
     for (and it was not written by this conversation, whose
-    :func:`~engine.learning.pipeline.conversation_key` is ``key``); a discard only where
-    the skill says the rule. Where the scores are retrieval's P(related), a merge into a skill whose task
-    was not asked for needs that P to reach η, ``related`` (None: word checks only)."""
+    :func:`~engine.learning.pipeline.conversation_key` is ``key``); a discard only where the
+    skill says the rule. Where the scores are retrieval's P(related), a merge into a skill whose
+    task was not asked for needs that P to reach η, ``related`` (None: word checks only)."""
     lines = "\n".join(f"{i}. {Candidate.from_skill(n.skill).summary()}"
                       for i, n in enumerate(same, 1))
     try:
@@ -186,9 +186,9 @@ def what_was_asked(shown: list[Neighbour], asked: str, key: str = "") -> int | N
     """The number of the one shown skill whose task words (name, triggers, tags) the request
     the rule was said for shares most, more than any other shown skill does ("帮我起草一封律师
     函" and "律师函" beside "咨询回复"; "Daily diary for Ollie please" and "Daily diaries" beside
-    "Closure notices"), or None. None too when that skill was learned from this
-    conversation (:func:`learned_here`, ``key``): its task words are in the request because it was
-    learned from it. Qwen2.5-Coder-1.5B, shown the request, still merged into a look-alike
+    "Closure notices"), or None. None too when this conversation wrote that skill
+    (:func:`learned_here`, ``key``): its task words are in the request because it was learned
+    from it. Qwen2.5-Coder-1.5B, shown the request, still merged into a look-alike
     (read merge scenarios: the reply deadline of a lawyer's letter went into "咨询回复", a
     section for accidents into "Closure notices"); the merge itself stands, its target is the
     task asked for."""
