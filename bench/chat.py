@@ -57,8 +57,8 @@ def _conversation() -> tuple[list[dict[str, str]], str]:
 
     conv = json.loads((DATA / "chat_conversation.json").read_text(encoding="utf-8"))
     messages = load("chat").render(system_prompt=ModelSettings().system_prompt,
-                                   skills=conv["skills"])
-    return [*messages, {"role": "user", "content": conv["user"]}], conv["followup"]
+                                   skills=conv["skills"], request=conv["user"])
+    return messages, conv["followup"]
 
 
 def _sampling(spec: Any, a: argparse.Namespace) -> dict[str, Any]:

@@ -14,10 +14,16 @@
    model says fit the request; nothing retrieved, no call. The chosen skills are rendered
    (every rule, within the model's budget: engine/chat/render.py,
    engine/llm/tiers.skill_budget).
-3. Answer with P_chat: the system message is the policy + the skill block, always first, so
-   the prefix the model has already evaluated (KV cache) is reused while the skills stay the
-   same; the history follows unchanged. Streamed and stoppable; FOREGROUND priority, so it
-   pre-empts background learning.
+3. Answer with P_chat (``resources/prompts/chat.md``): the user's system prompt, the history
+   as the caller sent it, and the newest request with the skill block before it. Everything
+   before the newest request is the same whatever skills this turn injects, so a change of
+   skills never costs the whole history's evaluation again (KV cache), only the exchange
+   before it when that request was sent with a block; the rules sit next to the request they
+   are for. With the block in the system message instead, Qwen2.5-Coder-1.5B
+   followed the learned preferences no better than with no skills at all (PrefEval items
+   180..219, the same learned bank: 0.35 learned vs 0.38 none; beside the request 0.50, the
+   "reminder" bound 0.50). Streamed and stoppable; FOREGROUND priority, so it pre-empts
+   background learning.
 4. Afterwards, the conversation is queued for background learning (``learn=True``).
 
 :class:`TurnResult` says which skills were injected and with which scores, for the UI.
@@ -201,11 +207,15 @@ class Turn:
                 system = str(m.get("content") or "") or system  # the caller's system prompt wins
             elif m.get("role") in ("user", "assistant"):
                 history.append({"role": m["role"], "content": str(m.get("content") or "")})
-        if not skills_block:  # nothing applies: the user's system prompt alone
-            return [{"role": "system", "content": system}, *history] if system else history
-        sys_msg = prompts.load("chat", self.tier).render(system_prompt=system,
-                                                         skills=skills_block)[0]
-        return [sys_msg, *history]
+        head = [{"role": "system", "content": system}] if system else []
+        if not skills_block or not history or history[-1]["role"] != "user":
+            return [*head, *history]  # nothing applies: the user's system prompt alone
+        # the skill block goes with the newest request, after the history (see the module
+        # docstring): earlier turns are sent as the caller has them, so the model sees exactly
+        # this turn's skills ("Skills used") and the prefix it has evaluated stays valid
+        *_, ask = prompts.load("chat", self.tier).render(
+            system_prompt=system, skills=skills_block, request=history[-1]["content"])
+        return [*head, *history[:-1], ask]
 
     def stream(self) -> Iterator[str]:
         t_start = time.perf_counter()

@@ -7,7 +7,7 @@ How it runs a turn:
 - when prompt + ``max_tokens`` exceed the context, the oldest turns are trimmed with a visible
   note (:mod:`engine.llm.context`) and ``ChatResult.trimmed_messages`` says how many;
 - tokens come from ``Llama.generate`` one at a time. ``generate`` keeps the KV cache of the
-  longest prefix shared with the previous call, so a stable system prompt / skill block is
+  longest prefix shared with the previous call, so a stable system prompt and history are
   evaluated once (``ChatResult.cached_tokens``). The cancel token is checked after every token,
   before the next one is decoded: Stop takes effect within one token, and closing the generator
   leaves ``Llama`` consistent (the next call just reuses the valid prefix);

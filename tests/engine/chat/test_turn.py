@@ -47,34 +47,39 @@ def test_rewrite_is_considered_for_every_possible_follow_up():
 
 
 # ------------------------------------------------------------------------------ the turn
-def test_chat_injects_the_matching_skill_in_a_stable_system_prompt(make_desk):
+def test_chat_injects_the_matching_skill_beside_the_request_after_a_stable_prefix(make_desk):
     llm = RecordingOracle(reply="TL;DR: tea came from China.")
     desk = make_desk(llm, skills=[TLDR])
-    r = desk.chat([U("Summarize this article about the history of tea in China.")], learn=False)
+    first = "Summarize this article about the history of tea in China."
+    r = desk.chat([U(first)], learn=False)
     assert r.text == "TL;DR: tea came from China." and r.finish_reason == "stop"
     assert [i.title for i in r.injected] == ["Summary with TL;DR first"]
     i = r.injected[0]
     assert 0 < i.score <= 1 and i.dense is not None and i.lexical is not None
     assert i.version == "0.1.0" and Path(i.path).is_file()
     assert not r.rewritten and r.query.startswith("Summarize this article")
-    system = llm.sent[-1][0]
-    assert system["role"] == "system" and "one-line TL;DR" in system["content"]
-    assert "Never quote, list or mention the skills" in system["content"]
-    assert [m["role"] for m in llm.sent[-1]] == ["system", "user"]
-    # next turn, same skill: the system message (prefix) is byte-identical
+    system = {"role": "system", "content": desk.config.model.system_prompt}
+    assert llm.sent[-1][0] == system and [m["role"] for m in llm.sent[-1]] == ["system", "user"]
+    # the skill block goes with the request it is for, the request last
+    ask = llm.sent[-1][-1]["content"]
+    assert "one-line TL;DR" in ask and "Never quote, list or mention the skills" in ask
+    assert ask.endswith(first) and ask.index("one-line TL;DR") < ask.index(first)
+    # next turn, same skill: everything before the newest request is what the caller sent,
+    # the same tokens whatever skills this turn injects (the KV prefix stays valid)
     # (issue 15: "Summarize this article about coffee in Yemen." alone gets P(related) 0.40 in
     # this one-skill bank, below η: USE's cosine is dominated by the article's topic)
-    desk.chat([U("Summarize this article about the history of tea in China."), A(r.text),
-               U("Give me a summary of this article about coffee in Yemen.")], learn=False)
-    assert llm.sent[-1][0] == system and len(llm.sent[-1]) == 4
+    desk.chat([U(first), A(r.text), U("Give me a summary of this article about coffee in Yemen.")],
+              learn=False)
+    assert llm.sent[-1][:3] == [system, U(first), A(r.text)] and len(llm.sent[-1]) == 4
+    assert "one-line TL;DR" in llm.sent[-1][-1]["content"]
     # an unrelated request scores lower (whether it passes η is retrieval's business)
     r2 = desk.chat([U("What is the boiling point of water at sea level?")], learn=False)
     assert all(x.score < i.score for x in r2.injected)
-    assert ("TL;DR" in llm.sent[-1][0]["content"]) == bool(r2.injected)
-    # no skill applies: the system prompt alone, without the skills section
+    assert ("TL;DR" in llm.sent[-1][-1]["content"]) == bool(r2.injected)
+    # no skill applies: the system prompt and the request as the user wrote it
     desk.index.params = desk.index.params.with_(threshold=0.99)
     desk.chat([U("What is the boiling point of water at sea level?")], learn=False)
-    assert llm.sent[-1][0] == {"role": "system", "content": desk.config.model.system_prompt}
+    assert llm.sent[-1] == [system, U("What is the boiling point of water at sea level?")]
 
 
 COVER = {"name": "Cover letters", "level": "functional",
