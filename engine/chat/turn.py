@@ -19,11 +19,11 @@
    before the newest request is the same whatever skills this turn injects, so a change of
    skills never costs the whole history's evaluation again (KV cache), only the exchange
    before it when that request was sent with a block; the rules sit next to the request they
-   are for. With the block in the system message instead, Qwen2.5-Coder-1.5B
-   followed the learned preferences no better than with no skills at all (PrefEval items
-   180..219, the same learned bank: 0.35 learned vs 0.38 none; beside the request 0.50, the
-   "reminder" bound 0.50). Streamed and stoppable; FOREGROUND priority, so it pre-empts
-   background learning.
+   are for. With the block in the system message instead, Qwen2.5-Coder-1.5B followed the
+   learned preferences no better than with no skills at all (PrefEval items 180..259, the
+   same learned banks asked twice: 0.30 there, 0.33 with no skills; 0.39 beside the request,
+   0.46 with the preference pasted into the question). Streamed and stoppable; FOREGROUND
+   priority, so it pre-empts background learning.
 4. Afterwards, the conversation is queued for background learning (``learn=True``).
 
 :class:`TurnResult` says which skills were injected and with which scores, for the UI.
