@@ -117,7 +117,8 @@ def test_greetings_thanks_and_facts_get_no_skill_on_the_starter_bank(make_desk):
         assert desk.search(q) == [], q
     r = desk.chat([U("Summarize this article about tea."), A("TL;DR: tea."), U("thanks!")],
                   learn=False)
-    assert r.injected == [] and 'Skill "' not in llm.sent[-1][0]["content"]
+    assert r.injected == [] and not any('Skill "' in m["content"] or "saved skills" in m["content"]
+                                        for m in llm.sent[-1])
     # the skill that does apply still does, also when the request carries its material: the
     # pasted text is about something else, the first sentence is the task
     assert desk.search("Review this Python function for bugs")[0].skill.name == \
@@ -147,9 +148,9 @@ def test_a_seventh_merged_rule_reaches_the_prompt(make_desk):
     desk.update(skill.copy(instructions=body, version="0.1.1"),
                 expected_hash=skill.content_hash, source="merged")
     r = desk.chat([U("Write a cover letter for a data analyst job.")], learn=False)
-    system = llm.sent[-1][0]["content"]
-    assert "Always mention the company's mission" in system  # the 7th rule
-    assert "Output Format:" in system and "no Markdown headings" in system
+    prompt = llm.sent[-1][-1]["content"]  # the skill block goes with the request
+    assert "Always mention the company's mission" in prompt  # the 7th rule
+    assert "Output Format:" in prompt and "no Markdown headings" in prompt
     assert [i.title for i in r.injected] == [COVER["name"]]
     assert r.injected[0].rules_shown == r.injected[0].rules_total and r.injected[0].cut == []
 
