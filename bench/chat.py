@@ -56,9 +56,8 @@ def _conversation() -> tuple[list[dict[str, str]], str]:
     from engine.settings import ModelSettings
 
     conv = json.loads((DATA / "chat_conversation.json").read_text(encoding="utf-8"))
-    messages = load("chat").render(system_prompt=ModelSettings().system_prompt,
-                                   skills=conv["skills"], request=conv["user"])
-    return messages, conv["followup"]
+    ask = load("chat").render(skills=conv["skills"], request=conv["user"])
+    return [{"role": "system", "content": ModelSettings().system_prompt}, *ask], conv["followup"]
 
 
 def _sampling(spec: Any, a: argparse.Namespace) -> dict[str, Any]:

@@ -213,9 +213,9 @@ class Turn:
         # the skill block goes with the newest request, after the history (see the module
         # docstring): earlier turns are sent as the caller has them, so the model sees exactly
         # this turn's skills ("Skills used") and the prefix it has evaluated stays valid
-        *_, ask = prompts.load("chat", self.tier).render(
-            system_prompt=system, skills=skills_block, request=history[-1]["content"])
-        return [*head, *history[:-1], ask]
+        ask = prompts.load("chat", self.tier).render(skills=skills_block,
+                                                     request=history[-1]["content"])
+        return [*head, *history[:-1], *ask]
 
     def stream(self) -> Iterator[str]:
         t_start = time.perf_counter()
