@@ -36,7 +36,9 @@ def test_prompt_files_load_fill_and_have_valid_schemas(name, lang):
     p = prompts.load(name, lang=lang)
     assert (p.variant == "zh") == (lang == "zh")
     msgs = p.render(**{k: f"<{k}>" for k in p.inputs})
-    assert msgs[0]["role"] == "system" and all(m["content"] for m in msgs[1:])
+    # the chat prompt is the newest request's template (the system message is the user's own)
+    assert msgs[0]["role"] == ("user" if name == "chat" else "system")
+    assert all(m["content"] for m in msgs[1:])
     assert all(f"<{k}>" in "".join(m["content"] for m in msgs) for k in p.inputs)
     if name != "chat":
         check_schema(p.schema)
