@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from engine.bank.skill import Skill
 from engine.errors import Cancelled, SkillDeskError, StructuredOutputError
 from engine.learning.candidate import Candidate
-from engine.learning.checks import request_part, says_already, task_words
+from engine.learning.checks import request_part, says_already, speaks_of, task_words
 from engine.learning.rules import named_tools
 from engine.llm.client import LLMClient
 from engine.text import clip, content_tokens, coverage, jaccard
@@ -123,6 +123,16 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             # there means retrieval serves it for what was asked, which is as good a home.)
             return "add", None, (f"{reason} — overruled: {n.skill.title} is not related to "
                                  f"this rule (P(related) {n.score:.2f} < {related:.2f})")
+        if not content_tokens(request) and not speaks_of(c, theirs):
+            # a fact said alone, with nothing asked ("I'm on a strict keto diet."): no task
+            # places it, so it goes into a skill only to refine or take back one of its
+            # rules. The judge took the same area for the same thing (PrefEval 180..259,
+            # read: 14 merges of 80 preferences, 11 wrong: "Follow a keto diet" into
+            # "Low-FODMAP diet", "Never suggest honey, gelatin or whey" into "Vegan makeup",
+            # "Choose devices with physical keyboards" into "Reliability concerns"), and the
+            # rule was then filed under a name retrieval does not find it by
+            return "add", None, (f"{reason} — overruled: said with nothing asked, and "
+                                 f"{n.skill.title} has no rule about what it says")
         overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]), theirs.text)
         if n.score < MERGE_FLOOR and overlap < 0.1:  # a merge into an unrelated skill
             return "add", None, (f"{reason} — overruled: {n.skill.title} is unrelated "

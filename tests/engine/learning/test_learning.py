@@ -111,6 +111,18 @@ def test_vet_discards_junk(c, why):
     assert why in (vet_candidate(c, USER) or "")
 
 
+@pytest.mark.parametrize("said, rule, kept", [
+    # how a rule is said ("never", "suggest", "mention") is no claim the user must have made
+    ("I have no interest in motorsports.", "Never suggest or mention motorsports", True),
+    ("I despise running as a form of exercise.", "Never recommend running", True),
+    # a rule that lost what the user said is still not theirs
+    ("I adhere to a raw food diet.", "Follow the diet without exceptions", False),
+])
+def test_a_fact_said_as_a_rule_is_grounded_by_what_it_names(said, rule, kept):
+    c = cand(name="Things I avoid", constraints=[rule])
+    assert (vet_candidate(c, said) is None) == kept
+
+
 def test_vet_drops_rules_copied_from_the_assistant_and_scrubs_case_details():
     assistant = "I will always use numbered lists and cite three academic sources."
     c = cand(constraints=["Cite three academic sources", "Start summaries with a one-line TL;DR"])

@@ -158,7 +158,9 @@ def test_a_merge_into_a_skill_that_shares_no_task_word_is_an_add(tmp_path):
     # a fused score as high as a single skill in the bank gets, whatever it says
     pipe = Pipeline(bank, "default", LLMClient(MergeEverything(sc)),
                     search=lambda q, k: [Neighbour(workout, 0.9, 0.5, 0.0)])
-    actions = pipe.run([U("I strictly avoid gluten, I have celiac disease.")], "turn")
+    # said beside a request (said alone, the "nothing asked" check stops it first)
+    actions = pipe.run([U("What could I cook tonight? I strictly avoid gluten, I have celiac "
+                          "disease.")], "turn")
     assert [a.kind for a in actions] == ["add"] and "shares no word" in actions[0].reason
     assert bank.read(workout.path).instructions == workout.instructions  # untouched
 

@@ -751,30 +751,34 @@ def test_the_desks_pipeline_judges_merges_by_the_chats_relevance_bar(tmp_path, e
 ALONE = "No salty food for me, I have high blood pressure."
 
 
-@pytest.mark.parametrize("first, related, kind", [
+SEAFOOD = ("Seafood allergy", "Leave out fish and shellfish")
+
+
+@pytest.mark.parametrize("first, related, skill, kind, why", [
     # said alone: no request beside it, and its words share the skill's task word "food"
-    (ALONE, 0.2, "add"),
-    (ALONE, 0.8, "merge"),  # a skill retrieval relates to it: the judge's merge stands
+    (ALONE, 0.2, SEAFOOD, "add", "Seafood allergy is not related"),
+    # retrieval relates the area, but no rule of the skill is about what the fact says
+    (ALONE, 0.8, SEAFOOD, "add", "has no rule about what it says"),
+    # a skill retrieval relates to it, with a rule about the same thing: the merge stands
+    (ALONE, 0.8, ("Heart-healthy food", "Keep salty snacks out of meal plans"), "merge", ""),
     # the same rule said beside a request for the skill's task: its task was asked for
-    (f"Suggest food for a picnic. {ALONE}", 0.2, "merge")])
+    (f"Suggest food for a picnic. {ALONE}", 0.2, SEAFOOD, "merge", "")])
 def test_a_rule_merges_only_into_the_task_asked_for_or_a_skill_retrieval_relates_to_it(
-        tmp_path, first, related, kind):
+        tmp_path, first, related, skill, kind, why):
     from engine.learning.judge import Neighbour
 
-    bank, allergy = one_skill_bank(tmp_path, "Seafood allergy",
-                                   "Leave out fish and shellfish", "suggest food")
+    bank, home = one_skill_bank(tmp_path, *skill, "suggest food")
     model = MergesIntoFirst(["No salty food"], name="Low-salt food", triggers=["suggest food"])
 
     def search(query, k):  # the desk's neighbour search: retrieval's P(related) as the score
-        return [Neighbour(bank.read(allergy.path), related)]
+        return [Neighbour(bank.read(home.path), related)]
 
     pipeline = Pipeline(bank, "default", LLMClient(model), search=search, related=0.45)
     [done] = [a for a in pipeline.run([U(first), A("Got it.")], "turn")
               if a.kind in ("add", "merge")]
-    assert done.kind == kind and (done.skill.id == allergy.id) == (kind == "merge"), \
+    assert done.kind == kind and (done.skill.id == home.id) == (kind == "merge"), \
         done.reason
-    if kind == "add":
-        assert "Seafood allergy is not related" in done.reason
+    assert why in done.reason
 
 
 SLIP_REQUEST = "Write a permission slip for the choir trip to the cathedral."
@@ -930,3 +934,21 @@ def test_a_tweak_scoped_to_this_request_writes_no_skill(tmp_path):
     lasting = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(model)).run(
         ask + [U("Keep letters very formal, that's how I write."), A("Dear…")], "turn")
     assert [a.kind for a in lasting if a.kind == "add"] == ["add"]
+
+
+@pytest.mark.parametrize("skill, rule, fact, rules, merged", [
+    # another thing of the same area: a skill of its own (PrefEval, read: "Follow a keto
+    # diet" went into "Low-FODMAP diet" and was not found under that name)
+    ("Low-FODMAP diet", "Avoid high-FODMAP foods", "I'm committed to a strict keto diet.",
+     ["Follow a keto diet"], False),
+    # a fact that takes back one of the skill's rules still goes into it
+    ("Vegetarian diet", "No meat or fish in any recipe",
+     "I eat fish again now, still no meat though.", ["Fish is fine again, still no meat"],
+     True)])
+def test_a_fact_said_alone_merges_only_where_it_speaks_of_one_of_the_skills_rules(
+        tmp_path, skill, rule, fact, rules, merged):
+    bank, diet = one_skill_bank(tmp_path, skill, rule, "suggest a diet recipe")
+    done = written(bank, [U(fact), A("Noted.")], MergesIntoFirst(rules, name="My diet"))
+    assert (done.kind == "merge" and done.skill.id == diet.id) == merged, done.reason
+    if not merged:
+        assert "overruled: said with nothing asked" in done.reason
