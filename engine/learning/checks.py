@@ -99,8 +99,8 @@ def grounded(rule: str, user_toks: set[str], user_text: str) -> bool:
     own ("Avoid gluten in food suggestions"): two of the user's words and a third of the rule
     ground it too. How a rule is said (``RULE_WORDS``: never, avoid, suggest…) is no claim
     about the user and does not count: "Never suggest or mention motorsports" is the user's
-    "I have no interest in motorsports" (PrefEval 180..259, read: 12 of 80 preferences lost
-    every rule this way, at 1 of 3 or 4 words grounded)."""
+    "I have no interest in motorsports" (PrefEval 180..259, read: 9 of 80 preferences lost
+    every rule this way, at 1 of 3 or 4 words grounded; 6 of the 9 rules pass now)."""
     toks = content_tokens(rule)
     toks = toks - RULE_WORDS or toks
     cov = coverage(toks, user_toks)

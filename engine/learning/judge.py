@@ -127,10 +127,11 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             # a fact said alone, with nothing asked ("I'm on a strict keto diet."): no task
             # places it, so it goes into a skill only to refine or take back one of its
             # rules. The judge took the same area for the same thing (PrefEval 180..259,
-            # read: 14 merges of 80 preferences, 11 wrong: "Follow a keto diet" into
-            # "Low-FODMAP diet", "Never suggest honey, gelatin or whey" into "Vegan makeup",
-            # "Choose devices with physical keyboards" into "Reliability concerns"), and the
-            # rule was then filed under a name retrieval does not find it by
+            # read: 13 of its 14 merges put one preference into another's skill: "Follow a
+            # keto diet" into "Low-FODMAP diet", "Never suggest honey, gelatin or whey" into
+            # "Vegan makeup", "Choose devices with physical keyboards" into "Reliability
+            # concerns"), and the rule was then filed under a name retrieval does not find
+            # it by
             return "add", None, (f"{reason} — overruled: said with nothing asked, and "
                                  f"{n.skill.title} has no rule about what it says")
         overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]), theirs.text)
