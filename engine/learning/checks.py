@@ -101,8 +101,7 @@ def grounded(rule: str, user_toks: set[str], user_text: str) -> bool:
     about the user and does not count: "Never suggest or mention motorsports" is the user's
     "I have no interest in motorsports" (PrefEval 180..259, read: 9 of 80 preferences lost
     every rule this way, at 1 of 3 or 4 words grounded; 6 of the 9 rules pass now)."""
-    toks = content_tokens(rule)
-    toks = toks - RULE_WORDS or toks
+    toks = said_words(rule)
     cov = coverage(toks, user_toks)
     if cov >= GROUNDING or (cov >= 0.3 and len(toks & user_toks) >= 2):
         return True
@@ -472,6 +471,13 @@ RULE_WORDS = frozenset(content_tokens(
     "recommendations mention mentions include includes"))
 
 
+def said_words(text: str) -> set[str]:
+    """The content words of rule ``text`` less how rules are said (``RULE_WORDS``); all of
+    them when nothing else is left ("Never suggest them")."""
+    toks = content_tokens(text)
+    return toks - RULE_WORDS or toks
+
+
 def task_words(c: Candidate) -> set[str]:
     """What task a skill or candidate is about: the words of its name, triggers and tags, less
     how rules are said (``RULE_WORDS``). Not its description: a learned skill's description is
@@ -505,9 +511,8 @@ def speaks_of(c: Candidate, existing: Candidate) -> bool:
     one of its rules ("Eat fish again" beside "No meat or fish"), rather than stating another
     thing of the same area ("Follow a keto diet" beside "Avoid high-FODMAP foods"; not the
     description, whose "diet" both would share)."""
-    own = content_tokens("\n".join(c.constraints))
-    own = own - RULE_WORDS or own
-    return bool(own & content_tokens("\n".join(existing.constraints)))
+    return bool(said_words("\n".join(c.constraints))
+                & content_tokens("\n".join(existing.constraints)))
 
 
 def known_already(c: Candidate, existing: Candidate) -> bool:
