@@ -108,16 +108,23 @@ class Served:
     fit: dict[str, float] = field(default_factory=dict)  # P(fits) of each judged hit
 
     def with_band(self, above: float | None, bar: float | None = None) -> list[str]:
-        """What a filter that skips the call when the best P(related) >= ``above`` serves;
-        ``bar``: what it serves when a judged hit must reach P(fits) >= ``bar`` (instead of
-        the filter's own ``FIT_MIN_P``)."""
+        """What a filter that judges only the hits with P(related) < ``above`` serves (a hit
+        retrieval is surer of is kept without a call; each hit is judged alone, so skipping
+        one does not change the others' answers); ``bar``: what it serves when a judged hit
+        must reach P(fits) >= ``bar`` (instead of the filter's own ``FIT_MIN_P``)."""
         if self.filtered is None:
             return self.hits
-        if above is not None and self.scores and self.scores[0] >= above:
-            return self.hits
+        sure = {k for k, sc in zip(self.hits, self.scores, strict=False)
+                if above is not None and sc >= above}
         if bar is not None and self.fit:
-            return [k for k in self.hits if self.fit.get(k, 1.0) >= bar]
-        return self.filtered
+            return [k for k in self.hits if k in sure or self.fit.get(k, 1.0) >= bar]
+        return [k for k in self.hits if k in sure or k in self.filtered]
+
+    def calls(self, above: float | None) -> int:
+        """The filter's model calls (one per judged hit) when hits >= ``above`` are sure."""
+        if self.filtered is None:
+            return 0
+        return sum(above is None or sc < above for sc in self.scores[:len(self.hits)])
 
 
 def serve(idx: SkillIndex, rows: Iterable[dict], params: FusionParams | None = None,

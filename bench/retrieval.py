@@ -314,7 +314,9 @@ def speed(skills, embedders, a, bank_root, out) -> None:
 
 
 _CLIENT: dict[str, object] = {}
-BANDS = (None, 0.9, 0.8, 0.7, 0.6)  # the self-filter skipped when the best P(related) >= this
+# what the chat would serve if a hit with P(related) >= the band were kept without the
+# self-filter's call (a way to save the call's time; measured, not kept: skill_filter.py)
+BANDS = (None, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.6)
 FIT_BARS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # P(fits) a judged skill must reach (FIT_MIN_P)
 
 
@@ -333,6 +335,11 @@ def filter_client(a):
               f"{time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
         _CLIENT[a.filter_model] = LLMClient(backend)
     return _CLIENT[a.filter_model]
+
+
+def _calls(res: list[D.Served], splits, above: float | None) -> float:
+    sel = [s for s in res if s.row["split"] in splits]
+    return sum(s.calls(above) for s in sel) / max(1, len(sel))
 
 
 def _filter_stats(res: list[D.Served], a, what: str, out) -> None:
@@ -367,8 +374,9 @@ def offtopic(embedders, a, out, params=None) -> list[list]:
                 frows += D.injection_rows(res, name, a.splits, "filtered")
                 fbad += [f"  [{bank}] {x}" for x in D.offenders(res, 6, a.splits, "filtered")]
                 for above in BANDS:
-                    band.append([f"{name} skip >= {above or '-'}"] + [
-                        r[3] for r in D.injection_rows(res, name, a.splits, "filtered", above)])
+                    band.append([f"{name} sure >= {above or '-'}"] + [
+                        r[3] for r in D.injection_rows(res, name, a.splits, "filtered", above)]
+                        + [_calls(res, a.splits, above)])
                 for bar in FIT_BARS:
                     bars.append([f"{name} P(fits) >= {bar}"] + [
                         r[3] for r in D.injection_rows(res, name, a.splits, "filtered",
@@ -385,8 +393,9 @@ def offtopic(embedders, a, out, params=None) -> list[list]:
         if fbad:
             print("offenders left:\n" + "\n".join(fbad), file=out)
         cols = [f"{D.label(sp)} {lg.upper()}" for sp in a.splits for lg in D.LANGS]
-        print(table(["self-filter band"] + cols, band, "\nOff-topic rate when the self-filter "
-                    "is skipped for requests whose best P(related) >= the band's top"), file=out)
+        print(table(["self-filter band"] + cols + ["calls/request"], band, "\nOff-topic rate "
+                    "when a hit with P(related) >= the band is kept without the self-filter's "
+                    "call (calls: the filter's model calls per request, these splits)"), file=out)
         print(table(["self-filter bar"] + cols, bars, "\nOff-topic rate when a judged skill "
                     "must reach P(fits) >= the bar (the filter's FIT_MIN_P; fit it on tune)"),
               file=out)
@@ -417,12 +426,13 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
                     f"({a.filter_model}; 'no cut' columns: the ranking, unchanged)"), file=out)
         band = []
         for above in BANDS:
-            band.append([f"skip >= {above or '-'}"] + [r[2] for r in D.paraphrase_rows(
-                res, targets, a.splits, "filtered", above)])
+            band.append([f"sure >= {above or '-'}"] + [r[2] for r in D.paraphrase_rows(
+                res, targets, a.splits, "filtered", above)] + [_calls(res, a.splits, above)])
         cols = [f"{D.label(sp)} {lg.upper()}" for sp in a.splits for lg in D.LANGS]
-        print(table(["self-filter band"] + cols, band, "\nParaphrase served R@1 when the "
-                    "self-filter is skipped for requests whose best P(related) >= the band's "
-                    "top"), file=out)
+        print(table(["self-filter band"] + cols + ["calls/request"], band, "\nParaphrase "
+                    "served R@1 when a hit with P(related) >= the band is kept without the "
+                    "self-filter's call (calls: model calls per request, these splits)"),
+              file=out)
         bars = [[f"P(fits) >= {bar}"] + [r[2] for r in D.paraphrase_rows(
             res, targets, a.splits, "filtered", bar=bar)] for bar in FIT_BARS]
         print(table(["self-filter bar"] + cols, bars, "\nParaphrase served R@1 when a judged "
