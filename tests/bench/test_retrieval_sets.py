@@ -22,6 +22,16 @@ def test_a_fit_bar_serves_the_judged_hits_that_reach_it_and_the_unjudged_ones():
     assert rows[0][1:4] == [2, 1, 0.5]  # EN: one of two requests still gets a skill
 
 
+def test_a_band_keeps_the_hits_retrieval_is_sure_of_without_a_call_and_judges_the_rest():
+    s = _served("tune", ["a", "b", "c"], {"a": 0.2, "b": 0.3, "c": 0.9}, ["c"])
+    s.scores = [0.95, 0.7, 0.5]  # P(related) of a, b, c
+    assert D.pick(s, "filtered") == ["c"]  # every hit judged: the filter's answer
+    assert D.pick(s, "filtered", above=0.9) == ["a", "c"]  # a is sure: kept unjudged
+    assert D.pick(s, "filtered", above=0.6) == ["a", "b", "c"]
+    assert [s.calls(x) for x in (None, 0.9, 0.6, 0.4)] == [3, 2, 1, 0]
+    assert D.Served({"split": "tune"}, ["a"], ["a"], scores=[0.1]).calls(None) == 0  # no filter
+
+
 def test_constraints_section_learns_each_statement_once_and_scores_its_requests(
         tmp_path, embedder):
     """The constraints section on a scripted learner: each statement writes one skill whose
