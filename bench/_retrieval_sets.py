@@ -120,16 +120,6 @@ class Served:
             return [k for k in self.hits if k in sure or self.fit.get(k, 1.0) >= bar]
         return [k for k in self.hits if k in sure or k in self.filtered]
 
-    def first_fit(self) -> tuple[list[str], int]:
-        """(what a filter that judges the hits in order and injects only the first that fits
-        serves, the model calls it makes): the filter's per-hit answers, read in order."""
-        if self.filtered is None:
-            return self.hits, 0
-        for n, k in enumerate(self.hits, 1):
-            if k in self.filtered:
-                return [k], n
-        return [], len(self.hits)
-
     def calls(self, above: float | None) -> int:
         """The filter's model calls (one per judged hit) when hits >= ``above`` are sure."""
         if self.filtered is None:
@@ -166,10 +156,7 @@ def serve(idx: SkillIndex, rows: Iterable[dict], params: FusionParams | None = N
 
 def pick(s: Served, served: str, above: float | None = None,
          bar: float | None = None) -> list[str]:
-    """``served``: "hits" (as served without the filter), "filtered" (with it) or "first"
-    (with it, the first hit that fits alone: :meth:`Served.first_fit`)."""
-    if served == "first":
-        return s.first_fit()[0]
+    """``served``: "hits" (as served without the filter) or "filtered" (with it)."""
     return s.hits if served == "hits" else s.with_band(above, bar)
 
 

@@ -433,15 +433,6 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
                     "served R@1 when a hit with P(related) >= the band is kept without the "
                     "self-filter's call (calls: model calls per request, these splits)"),
               file=out)
-        print(table(hdr, D.paraphrase_rows(res, targets, a.splits, "first"), "\nParaphrased "
-                    "requests with the self-filter judging the hits in order and injecting "
-                    "the first that fits alone (not what the chat does; fewer calls, one skill)"),
-              file=out)
-        sel = [s for s in res if s.row["split"] in a.splits]
-        print(f"calls / request: every hit judged {_calls(res, a.splits, None):.2f}, first "
-              f"fit alone {sum(s.first_fit()[1] for s in sel) / max(1, len(sel)):.2f}; skills "
-              f"/ request {sum(len(s.with_band(None)) for s in sel) / max(1, len(sel)):.2f} vs "
-              f"{sum(len(s.first_fit()[0]) for s in sel) / max(1, len(sel)):.2f}", file=out)
         bars = [[f"P(fits) >= {bar}"] + [r[2] for r in D.paraphrase_rows(
             res, targets, a.splits, "filtered", bar=bar)] for bar in FIT_BARS]
         print(table(["self-filter bar"] + cols, bars, "\nParaphrase served R@1 when a judged "

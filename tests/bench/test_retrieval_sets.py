@@ -32,12 +32,6 @@ def test_a_band_keeps_the_hits_retrieval_is_sure_of_without_a_call_and_judges_th
     assert D.Served({"split": "tune"}, ["a"], ["a"], scores=[0.1]).calls(None) == 0  # no filter
 
 
-def test_first_fit_serves_the_first_hit_the_filter_kept_alone_and_counts_the_calls_to_it():
-    s = _served("tune", ["a", "b", "c"], {"a": 0.2, "b": 0.8, "c": 0.9}, ["b", "c"])
-    assert s.first_fit() == (["b"], 2) and D.pick(s, "first") == ["b"]
-    assert _served("tune", ["a", "b"], {}, []).first_fit() == ([], 2)  # none fits: all asked
-
-
 def test_constraints_section_learns_each_statement_once_and_scores_its_requests(
         tmp_path, embedder):
     """The constraints section on a scripted learner: each statement writes one skill whose
