@@ -88,12 +88,13 @@ FIT_OPTIONS = {"no": " []", "yes": " ["}
 # no right paraphrase skill. At 0.5 (the model's even odds) 3 of 21 English requests kept a
 # topical neighbour (0.143); at 0.7 served R@1 EN fell 0.529 -> 0.471.
 FIT_MIN_P = 0.6
-# Every judged hit costs a call (0.5-0.8 s on 2 cores; the paraphrase set judged 1.73 hits per
-# request). Keeping a hit retrieval is sure of without asking would save some, but P(related)
-# is as high for topical neighbours as for the skill that fits: at P(related) >= 0.9 it saved
-# 0.06 calls per paraphrase request and let one more off-topic request per 25 through on the
-# 120-skill bank (tune EN, fresh3 EN); at 0.8, 0.29 calls and 1-2 more in most read splits
-# (`skilldesk bench retrieval --filter-model recommended`, the band tables). Not done.
+# Every judged hit costs a call (0.5-1 s on 2 cores; on the read paraphrase splits 1.73 hits
+# were judged per request). Keeping a hit retrieval is sure of without asking would save some,
+# but P(related) is as high for topical neighbours as for the skill that fits: kept unjudged at
+# P(related) >= 0.9, it saved 0.06 of the 1.73 calls and let one more off-topic request in 21-25
+# through on the 120-skill bank (tune EN, fresh3 EN); at 0.8 it saved 0.29 and let 1-2 more
+# through on most read splits (`skilldesk bench retrieval --filter-model recommended`, the band
+# tables, twentieth round). Not done.
 
 
 def fit_probability(client: Any, request: str, hit: Any) -> float:
