@@ -8,6 +8,9 @@ against the exact messages SkillDesk sent to the model (``same prompt``: what th
 costs by itself). Each request, on the shipped starter bank:
 
 - ``injected``: a request a starter skill applies to (the filter runs and keeps it);
+- ``two``: a request two starter skills apply to (two filter calls, each candidate judged
+  alone; on paraphrased requests the filter judged 1.7-2.1 candidates per request, so this
+  is the common case, not ``injected``);
 - ``dropped``: a topical neighbour that passes η (the filter runs and drops it);
 - ``none``: a question nothing passes η for (no filter call).
 
@@ -30,6 +33,7 @@ from typing import Any
 
 REQUESTS = {
     "injected": "Write a commit message for my fix of the login timeout bug.",
+    "two": "Review my Python patch and write the commit message for it.",
     "dropped": "What does git stash do?",
     "none": "Name three rivers in Europe.",
 }
@@ -148,12 +152,12 @@ def run(spec: Any, a: Any) -> str:
              "raw llama on the user message alone; same prompt = raw llama on the messages "
              "SkillDesk sent (skill block included); target: SkillDesk with the self-filter "
              "<= 1.25x plain)",
-             f"{'request':<10}{'skills (filter on)':<28}{'filter s':>9}{'plain s':>9}"
+             f"{'request':<10}{'skills (filter on)':<40}{'filter s':>9}{'plain s':>9}"
              f"{'same s':>9}{'no filt s':>10}{'filter s':>10}{'x plain':>9}{'x no filt':>10}"]
     for label, _text, med, info in rows:
         names = ",".join(s.name for s in info.injected) or "-"
         fs = info.timings.get("filter_s")
-        lines.append(f"{label:<10}{names[:27]:<28}{(f'{fs:.2f}' if fs else '-'):>9}"
+        lines.append(f"{label:<10}{names[:39]:<40}{(f'{fs:.2f}' if fs else '-'):>9}"
                      f"{med['plain']:>9.2f}{med['same']:>9.2f}{med['nofilter']:>10.2f}"
                      f"{med['filter']:>10.2f}{med['filter'] / med['plain']:>8.2f}x"
                      f"{med['filter'] / med['nofilter']:>9.2f}x")
