@@ -114,17 +114,20 @@ class Served:
         must reach P(fits) >= ``bar`` (instead of the filter's own ``FIT_MIN_P``)."""
         if self.filtered is None:
             return self.hits
-        sure = {k for k, sc in zip(self.hits, self.scores, strict=False)
-                if above is not None and sc >= above}
+        sure = self._sure(above)
         if bar is not None and self.fit:
             return [k for k in self.hits if k in sure or self.fit.get(k, 1.0) >= bar]
         return [k for k in self.hits if k in sure or k in self.filtered]
 
     def calls(self, above: float | None) -> int:
         """The filter's model calls (one per judged hit) when hits >= ``above`` are sure."""
-        if self.filtered is None:
-            return 0
-        return sum(above is None or sc < above for sc in self.scores[:len(self.hits)])
+        return 0 if self.filtered is None else len(self.hits) - len(self._sure(above))
+
+    def _sure(self, above: float | None) -> set[str]:
+        """The hits kept without a call: P(related) >= ``above`` (none when ``above`` is None)."""
+        if above is None:
+            return set()
+        return {k for k, sc in zip(self.hits, self.scores, strict=False) if sc >= above}
 
 
 def serve(idx: SkillIndex, rows: Iterable[dict], params: FusionParams | None = None,
