@@ -565,14 +565,26 @@ def _listed(rule: str, listed: list[str]) -> bool:
 
 
 def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
-                 replaced: list[str] | None = None) -> list[str]:
+                 replaced: list[str] | None = None,
+                 takes_back: Callable[[str], bool] | None = None) -> list[str]:
     """Fix a model's merge in place: no lost rules, no dropped triggers, identity kept.
 
-    An existing rule stays unless the model left it out and a new rule corrects it
-    (:func:`corrects`), or the model named it in ``replaced`` (a new rule contradicts it: "at
-    the top" for "at the end"; word overlap alone cannot tell a contradiction from a second
-    rule about the same thing); a replaced rule goes even when the model also kept it. The old wording stays in the skill's history
-    (every write keeps the previous version). Returns a note per repair (for the event log).
+    An existing rule the model kept stays; one it named in ``replaced`` (a new rule contradicts
+    it: "at the top" for "at the end") goes. One it left out without naming it goes only when
+    the user's new message takes it back: ``takes_back(rule)`` where the caller can ask the
+    model (the replace check, ``replace.md``), else when a new rule corrects it
+    (:func:`corrects`, word overlap). Asked of every old rule, the replace check drops rules
+    the user still holds: on the read PrefEval merges (different facts judged one task,
+    "Avoid spicy foods" beside "Avoid cooked foods") it said "taken back" to 9 of 24 old rules
+    that were not, 5 of which the merge model had kept; ``corrects`` said it of 4. A rule the
+    model rewrote into a new rule is not "kept". The old wording of a rule that goes stays in
+    the skill's history (every write keeps the previous version).
+
+    The description and goal stay the skill's own unless the model's wording still says all
+    of them (it extends them, "Summaries of driving lessons, faults judged against the test")
+    or a rule was taken back: a merge adds to a skill, it never swaps what the skill is about
+    (the same PrefEval runs: "The user dislikes spicy food." became "The user follows a
+    strict raw food diet" on a merge). Returns a note per repair (for the event log).
     """
     notes = []
     replaced = [r for r in (replaced or []) if any(_listed(r, [o]) for o in existing.constraints)]
@@ -592,13 +604,22 @@ def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
     for r in invented:
         notes.append(f"dropped rule {clip(r, 60)!r}: neither the skill nor the new rule says it")
     rules = [r for r in rules if r not in invented]
+    taken_back = False
     for old in existing.constraints:
-        if _listed(old, replaced) and new.constraints:
-            notes.append(f"replaced rule {clip(old, 60)!r} (the old wording is in the history)")
+        kept = not _listed(old, replaced) and any(
+            jaccard(old, r) >= 0.5 for r in rules
+            if _listed(r, [old]) or not _listed(r, new.constraints))
+        if kept or not new.constraints:
+            if not kept:
+                rules.append(old)
             continue
-        kept = max((jaccard(old, r) for r in rules), default=0.0) >= 0.5
-        corrected = any(corrects(n, old) for n in new.constraints)
-        if not kept and not corrected:
+        gone = _listed(old, replaced) or (takes_back(old) if takes_back is not None else any(
+            corrects(n, old) for n in new.constraints))
+        if gone:
+            taken_back = True
+            rules = [r for r in rules if not _listed(r, [old]) or _listed(r, new.constraints)]
+            notes.append(f"replaced rule {clip(old, 60)!r} (the old wording is in the history)")
+        else:
             rules.append(old)
             notes.append(f"kept existing rule {clip(old, 60)!r}")
     for n in new.constraints:  # a new rule the model forgot
@@ -620,7 +641,9 @@ def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
         merged.constraints, merged.description, merged.goal = (
             fallback.constraints, fallback.description, fallback.goal)
     for attr in ("description", "goal"):
-        if not getattr(merged, attr).strip() or _carries(getattr(merged, attr), case):
-            setattr(merged, attr, getattr(existing, attr))
+        mine, own = getattr(merged, attr), getattr(existing, attr)
+        if not mine.strip() or _carries(mine, case) or (
+                own.strip() and not taken_back and coverage(own, mine) < 1.0):
+            setattr(merged, attr, own)
     merged.workflow = [s for s in merged.workflow if not _carries(s, case)]
     return notes

@@ -69,8 +69,9 @@ EXTRACT_MIN_P = 0.3
 # turn that was not durable reached in triage: fifth round's mean triage over the five read
 # splits, 0.9 (one follow-up question scored 0.89); 8 of 97 durable turns reach it.
 TRIAGE_SURE_P = 0.9
-# A merge drops a rule the skill had when the model's P(the user's new message means it must
-# no longer be followed) reaches this (``replace.md``; `skilldesk bench replace`).
+# A merge drops a rule the skill had, and the merge model left out, when the model's P(the
+# user's new message means it must no longer be followed) reaches this (``replace.md``;
+# `skilldesk bench replace`; :meth:`Pipeline.takes_back`).
 REPLACE_MIN_P = 0.7
 # The quote step (:meth:`Pipeline.quote`) counts the sentence the model points at when its P
 # reaches QUOTE_MIN_P (a majority), and runs only after a cue word or where triage's P(durable)
@@ -623,8 +624,8 @@ class Pipeline:
                     return Action("discard", skill=existing, candidate=c, step="merge",
                                   reason=f"merge answer unusable: {clip(str(exc), 160)}")
                 merged = Candidate.from_json({**out, "name": ex.name, "level": ex.level})
-                notes += repair_merge(merged, ex, c, [str(x) for x in out.get("replaced") or []])
-                notes += self.drop_replaced(merged, ex, c)
+                notes += repair_merge(merged, ex, c, [str(x) for x in out.get("replaced") or []],
+                                      takes_back=self.takes_back(c))
             else:
                 merged = union(ex, c)
             # triggers the merge adds lose the request's topic, as a new skill's do (fresh11:
@@ -660,24 +661,21 @@ class Pipeline:
         return Action("error", skill=target, candidate=c, step="merge",
                       reason=f"{target.title} kept changing on disk; the merge was not written")
 
-    def drop_replaced(self, merged: Candidate, existing: Candidate, c: Candidate) -> list[str]:
-        """Drop from ``merged`` the rules of ``existing`` that the user's new message says must
-        no longer be followed ("We've switched to pocket money" for "A reward star for each
-        chore"): the model's P(yes) on ``replace.md`` per old rule still there, against
-        :data:`REPLACE_MIN_P` — the merge prompt's own ``replaced`` list named almost none
-        (the 16 read contradiction scenarios: the old rule went in 1). Only where token
-        probabilities can be read; the old wording stays in the skill's history."""
-        if not c.said or not self.llm.scores_tokens:
-            return []
-        notes = []
-        for old in [r for r in existing.constraints if r in merged.constraints
-                    and r not in c.constraints]:
+    def takes_back(self, c: Candidate) -> Callable[[str], bool] | None:
+        """Whether the user's message behind ``c`` takes an old rule back: the model's P(yes)
+        on ``replace.md`` against :data:`REPLACE_MIN_P`, asked of the rules the merge left out
+        without naming them (:func:`repair_merge`): the merge prompt's own ``replaced`` list
+        names few (the 16 read contradiction scenarios: the old rule went in 1). None where
+        token probabilities cannot be read (then a rule a new one corrects goes)."""
+        if not c.said or self.llm is None or not self.llm.scores_tokens:
+            return None
+
+        def check(old: str) -> bool:
             p = self.replace_score(c.said, old)
-            if p is not None and p >= REPLACE_MIN_P and len(merged.constraints) > 1:
-                merged.constraints.remove(old)
-                notes.append(f"replaced rule {clip(old, 60)!r}: the user's new message "
-                             f"replaces it (P {p:.2f}; the old wording is in the history)")
-        return notes
+            log.info("evolution: replace check %r: P %s", clip(old, 60),
+                     "n/a" if p is None else f"{p:.2f}")
+            return p is not None and p >= REPLACE_MIN_P
+        return check
 
     def replace_score(self, said: str, rule: str) -> float | None:
         """P(what the user ``said`` means ``rule`` must no longer be followed), read after

@@ -493,11 +493,18 @@ def test_scenarios_load_from_several_sets_by_kind():
 
 class ReplaceScored(OracleLLM):
     """An oracle that reads the replace check's answer as a probability: P(yes) is ``p`` for
-    a saved rule holding ``word``, 0.05 for any other."""
+    a saved rule holding ``word``, 0.05 for any other. ``leave_out``: the merge answer leaves
+    out the saved rules holding ``word`` (as the model does when it reads a contradiction)."""
 
-    def __init__(self, word: str, p: float):
+    def __init__(self, word: str, p: float, leave_out: bool = False):
         super().__init__({"expect": []})
-        self.word, self.p, self.asked = word, p, []
+        self.word, self.p, self.leave_out, self.asked = word, p, leave_out, []
+
+    def _merge(self, prompt):
+        out = super()._merge(prompt)
+        if self.leave_out:
+            out["constraints"] = [r for r in out["constraints"] if self.word not in r]
+        return out
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
         assert prefix == '{"replaces": "' and set(options) == {"yes", "no"}
@@ -507,8 +514,12 @@ class ReplaceScored(OracleLLM):
         return {"yes": math.log(yes), "no": math.log(1 - yes)}
 
 
-@pytest.mark.parametrize("p,dropped", [(0.9, True), (0.2, False)])
-def test_a_merge_drops_the_old_rule_the_users_new_message_replaces(tmp_path, p, dropped):
+@pytest.mark.parametrize("p,leave_out,dropped", [(0.9, True, True), (0.2, True, False),
+                                                 (0.9, False, False)])
+def test_a_merge_drops_the_old_rule_the_users_new_message_replaces(tmp_path, p, leave_out,
+                                                                    dropped):
+    """An old rule goes only when the merge left it out and the replace check says the user's
+    message takes it back; a rule the merge kept is never asked about."""
     bank = SkillBank(tmp_path / "bank")
     chart = bank.create(Candidate(name="Chore charts", description="Chore charts.",
                                   constraints=["One column per child",
@@ -518,16 +529,16 @@ def test_a_merge_drops_the_old_rule_the_users_new_message_replaces(tmp_path, p, 
                     constraints=["Next to each chore, show what it pays"],
                     said="The stars stopped working. We've switched to pocket money, so next "
                          "to each chore put what it pays instead.")
-    llm = ReplaceScored("star", p)
+    llm = ReplaceScored("star", p, leave_out)
     pipe = Pipeline(bank, "default", LLMClient(llm))
     pipe.checkpoint = lambda: None
     done = pipe.merge(new, chart, None, "same task")
     body = bank.read(done.skill.path).instructions
     assert "what it pays" in body and "One column per child" in body
     assert ("reward star" in body) is not dropped
-    # every old rule was asked about, never the new one
-    assert sorted(llm.asked) == ["A reward star for each chore done", "One column per child"]
+    assert llm.asked == (["A reward star for each chore done"] if leave_out else [])
     assert any("replaced rule" in n for n in done.notes) is dropped
+    assert bank.read(done.skill.path).description == "Chore charts."  # never "Pay per chore."
     assert done.replaced == (["A reward star for each chore done"] if dropped else [])
     # the event log the Learning panel shows says so
     assert ("replaced rule 'A reward star" in event_reason(done)) is dropped

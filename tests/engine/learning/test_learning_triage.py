@@ -383,6 +383,31 @@ def test_a_contradicting_rule_replaces_the_old_one_when_the_model_names_it():
     assert "List attendees first" in merged.constraints
 
 
+def test_a_merge_of_another_fact_keeps_the_old_rule_and_what_the_skill_is_about():
+    """A read PrefEval merge: "I follow a strict raw food diet" judged the same task as a
+    spicy-food skill; the model wrote the new rule alone (a word-overlap "correction" of
+    "Avoid spicy foods") and the new fact as the description."""
+    ex = rules("Spicy food", "Avoid spicy foods")
+    ex.description, ex.goal = "The user dislikes spicy food.", "Keep every suggestion non-spicy."
+    new = rules("Raw food", "Avoid cooked foods")
+
+    def model_merge():
+        m = rules("x", "Avoid cooked foods")
+        m.description, m.goal = "The user follows a strict raw food diet.", "Keep it raw."
+        return m
+    asked: list[str] = []
+    merged = model_merge()
+    repair_merge(merged, ex, new, takes_back=lambda old: asked.append(old) or False)
+    assert asked == ["Avoid spicy foods"]  # only the rule the merge left out is asked about
+    assert merged.constraints == ["Avoid cooked foods", "Avoid spicy foods"]
+    assert (merged.description, merged.goal) == (ex.description, ex.goal)
+    # the user's message takes it back: the old rule goes, the skill may say what it is now
+    merged = model_merge()
+    notes = repair_merge(merged, ex, new, takes_back=lambda old: True)
+    assert merged.constraints == ["Avoid cooked foods"] and any("replaced" in n for n in notes)
+    assert merged.description == "The user follows a strict raw food diet."
+
+
 def test_a_merge_keeps_no_rule_that_neither_the_skill_nor_the_new_rule_says():
     ex = rules("Step-by-step guides", "Number every step", "One action per step")
     new = rules("Step-by-step guides", "Say what the user should see after each step")
