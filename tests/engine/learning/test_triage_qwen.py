@@ -188,6 +188,31 @@ def test_qwen_replace_check_ranks_the_contradicted_rule_above_the_ones_that_stan
     assert gone >= REPLACE_MIN_P and all(p < REPLACE_MIN_P for p in stays), (gone, stays)
 
 
+def test_qwen_merge_of_another_fact_keeps_the_old_rule_and_the_skills_description(pipeline):
+    """A merge on the recommended model, the whole path (merge prompt, repair, replace check,
+    write): a second fact of the same area judged the same task. The merge model keeps the old
+    fact's rule; the replace check alone reads the new message as taking it back (P 0.72 at
+    19985b8, which dropped it), and a rule the merge kept is never dropped by that check
+    alone. The skill's description stays its own."""
+    from engine.learning.candidate import Candidate
+
+    bank = pipeline.bank
+    media = bank.create(Candidate(
+        name="No social media", description="The user does not use social media.",
+        goal="Keep every suggestion within this.", constraints=["Never suggest social media"],
+        triggers=["how can I promote this"]).to_skill(), "default")
+    new = Candidate(name="No smartphone", description="The user has no smartphone.",
+                    goal="Keep every suggestion within this.",
+                    constraints=["Never suggest phone apps"], triggers=["suggest a tool"],
+                    said="I don't own a smartphone and don't want one.")
+    done = pipeline.merge(new, media, None, "same task")
+    assert done.kind == "merge", done.reason
+    written = bank.read(done.skill.path)
+    assert "social media" in written.instructions and "phone apps" in written.instructions, (
+        written.instructions, done.notes)
+    assert written.description == "The user does not use social media."
+
+
 @pytest.mark.parametrize("rule, words", [
     ("Open every invoice for Harlow Plumbing with the job number", ["Harlow", "Plumbing"]),
     ("给张经理的周报里把 12 个待办放在最前面", ["12"])])
