@@ -574,11 +574,12 @@ def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
     the user's new message takes it back: ``takes_back(rule)`` where the caller can ask the
     model (the replace check, ``replace.md``), else when a new rule corrects it
     (:func:`corrects`, word overlap). Asked of every old rule, the replace check drops rules
-    the user still holds: on the read PrefEval merges (different facts judged one task,
-    "Avoid spicy foods" beside "Avoid cooked foods") it said "taken back" to 9 of 24 old rules
-    that were not, 5 of which the merge model had kept; ``corrects`` said it of 4. A rule the
-    model rewrote into a new rule is not "kept". The old wording of a rule that goes stays in
-    the skill's history (every write keeps the previous version).
+    the user still holds: on the read PrefEval merges (22 merges, different facts judged one
+    task: "Avoid spicy foods" beside "Avoid cooked foods") it said "taken back" to 8 of the 25
+    old rules that were not, 5 of which the merge model had kept; ``corrects`` said it of 5.
+    Of those 25 rules the merges lost 11 before this rule, 3 after it (the same merge
+    answers). A rule the model rewrote into a new rule is not "kept". The old wording of a rule
+    that goes stays in the skill's history (every write keeps the previous version).
 
     The description and goal stay the skill's own unless the model's wording still says all
     of them (it extends them, "Summaries of driving lessons, faults judged against the test")
