@@ -208,8 +208,10 @@ class Pipeline:
                             rules[near] = rule
             if not vetted and self.policy["extract"] == "llm+rule":
                 # the model found no usable rule; the user's own rule sentences may still
-                # hold what it missed (never anything the user did not say)
-                for c in rule_extract(w):
+                # hold what it missed (never anything the user did not say), unless the
+                # model, asked about exactly those sentences, says none is meant to last
+                fallback = rule_extract(w)
+                for c in fallback if fallback and not self.declined(w, requests) else []:
                     c.fixing = fixing
                     c.said = clip(said_now, 600)
                     if vet_candidate(c, w.user_text, w.assistant_text, texts,
@@ -436,6 +438,26 @@ class Pipeline:
         log.info("evolution: quote %d P %.3f of %d (%s)", best, probs[best], len(sents),
                  clip(sents[best - 1], 80) if best else "none")
         return sents[best - 1] if best and probs[best] >= QUOTE_MIN_P else None
+
+    def declined(self, w: triage.Window, requests: Sequence[str] = ()) -> bool:
+        """The model, asked which sentence of the window's evidence turns says what should
+        last (``quote.md``, the prompt :meth:`quote` asks, cached), answered that none does.
+
+        Then the cue-word fallback (:func:`rule_extract`) does not write the user's sentence
+        as a rule behind the model's back: a cue word may bring a turn to the model, never
+        overrule its answer. On Qwen2.5-Coder-1.5B the fallback had turned a one-off request
+        with a "don't" in it ("…课往后顺延一节就行，别扣我课时") into a skill whose one rule was
+        the whole message, right after the model had answered "none" (read fresh33). False
+        where the model does not extract or its answer cannot be read (the fallback runs as
+        before)."""
+        if not self.by_model:
+            return False
+        probs = self.quote_scores(statements([t.text for t in w.turns[w.focus:]]), requests)
+        if probs is None or max(range(len(probs)), key=probs.__getitem__) != 0:
+            return False
+        log.info("evolution: no cue-word fallback: the model says no sentence is meant to last "
+                 "(P %.2f)", probs[0])
+        return True
 
     def quote_scores(self, sentences: list[str], requests: Sequence[str] = ()
                      ) -> list[float] | None:

@@ -336,7 +336,8 @@ def test_the_users_own_sentence_comes_before_the_models_keep_check(tmp_path):
 class QuoteScored(FixedExtract):
     """FixedExtract on a backend that reads token scores: triage says durable with
     probability ``p_triage``, extraction "a skill", the keep check no, and the quote step
-    (quote.md) points at the option whose text holds ``word`` with probability ``p_quote``;
+    (quote.md) points at the option whose text holds ``word`` (None: at "no sentence") with
+    probability ``p_quote``;
     a later turn is wanted again (lasting.md) with probability ``p_again``."""
 
     def __init__(self, rules, word, p_quote, p_triage=0.9, p_again=0.9, **kw):
@@ -349,7 +350,8 @@ class QuoteScored(FixedExtract):
             self.calls.append("quote")
             shown = messages[-1]["content"].rsplit("Sentences:", 1)[1].strip().splitlines()
             self.options = [line.split(". ", 1)[1] for line in shown]
-            pick = next(str(i) for i, o in enumerate(self.options, 1) if self.word in o)
+            pick = "0" if self.word is None else next(
+                str(i) for i, o in enumerate(self.options, 1) if self.word in o)
             rest = (1 - self.p_quote) / (len(options) - 1)
             return {o: math.log(self.p_quote if o == pick else rest) for o in options}
         if prefix.startswith('{"kind"'):
@@ -390,6 +392,23 @@ def test_a_paraphrased_persona_is_the_users_sentence_the_model_points_at(
     assert rule in actions[0].skill.instructions
     assert "basil" not in actions[0].skill.instructions.lower()
     assert llm.options == ["Dull.", rule, "Whatever I ask, I want that voice."]
+
+
+@pytest.mark.parametrize("word", [None, "别扣"])
+def test_the_cue_word_fallback_never_overrules_the_models_none(tmp_path, word):
+    """A one-off request with a "don't" in it (read fresh33, Qwen2.5-Coder-1.5B): the model's
+    rule is not grounded and the model, asked which sentence should last, answers none; the
+    cue-word fallback then writes nothing (it had made the whole message a skill's rule).
+    Where the model points at the clause, that clause is the rule."""
+    said = [U("帮我跟健身房的私教小周说一声，这次周四晚上的课我请个假，孩子发烧得在家看着，"
+              "课往后顺延一节就行，别扣我课时")]
+    llm = QuoteScored(["提供请假信息"], word, 0.8, name="请假")
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(said, "turn")
+    if word is None:
+        assert [a.kind for a in actions] == ["discard"], [(a.kind, a.reason) for a in actions]
+        return
+    assert [a.kind for a in actions] == ["add"], [(a.kind, a.reason) for a in actions]
+    assert "- 别扣我课时\n" in actions[0].skill.instructions
 
 
 def test_the_quote_step_offers_each_chinese_clause_alone(tmp_path):
