@@ -180,9 +180,10 @@ class Pipeline:
                     if own is None and by_model:
                         own = self.quote(w, requests)
                     c.constraints = [own] if own is not None else said
-                    why = vet_candidate(c, w.user_text, w.assistant_text, texts,
-                                        None if own is not None else keep, context=requests,
-                                        evidence=evidence, reword=reword)
+                    # nor may it where the model answered that no sentence is meant to last
+                    saver = None if own is not None or self.declined(w, requests) else keep
+                    why = vet_candidate(c, w.user_text, w.assistant_text, texts, saver,
+                                        context=requests, evidence=evidence, reword=reword)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                 else:
@@ -443,20 +444,21 @@ class Pipeline:
         """The model, asked which sentence of the window's evidence turns says what should
         last (``quote.md``, the prompt :meth:`quote` asks, cached), answered that none does.
 
-        Then the cue-word fallback (:func:`rule_extract`) does not write the user's sentence
-        as a rule behind the model's back: a cue word may bring a turn to the model, never
-        overrule its answer. On Qwen2.5-Coder-1.5B the fallback had turned a one-off request
-        with a "don't" in it ("…课往后顺延一节就行，别扣我课时") into a skill whose one rule was
-        the whole message, right after the model had answered "none" (read fresh33). False
-        where the model does not extract or its answer cannot be read (the fallback runs as
-        before)."""
+        Then neither the keep check (``keep.md``) saves the model's own wording of an
+        ungrounded rule, nor the cue-word fallback (:func:`rule_extract`) writes the user's
+        sentence as a rule behind the model's back: a cue word may bring a turn to the model,
+        never overrule its answer. On Qwen2.5-Coder-1.5B the fallback had turned a one-off
+        request with a "don't" in it ("…课往后顺延一节就行，别扣我课时") into a skill whose one
+        rule was the whole message, right after the model had answered "none" (read fresh33),
+        and the keep check had kept "跟物业沟通" for a message to the caretaker. False where the
+        model does not extract or its answer cannot be read (both run as before)."""
         if not self.by_model:
             return False
         probs = self.quote_scores(statements([t.text for t in w.turns[w.focus:]]), requests)
         if probs is None or max(range(len(probs)), key=probs.__getitem__) != 0:
             return False
-        log.info("evolution: no cue-word fallback: the model says no sentence is meant to last "
-                 "(P %.2f)", probs[0])
+        log.info("evolution: the model says no sentence is meant to last (P %.2f): neither its "
+                 "own wording nor a cue word's sentence is kept", probs[0])
         return True
 
     def quote_scores(self, sentences: list[str], requests: Sequence[str] = ()

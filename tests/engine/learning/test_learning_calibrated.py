@@ -302,16 +302,23 @@ def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_pa
 
 class KeepScored(FixedExtract):
     """FixedExtract on a backend that reads token scores: extraction decides "a skill", the
-    keep check (keep.md) says yes with probability ``p_keep``."""
+    keep check (keep.md) says yes with probability ``p_keep``; the quote step (quote.md)
+    answers "none" with probability ``p_none``, or gives no usable answer (None)."""
 
-    def __init__(self, rules, p_keep, **kw):
+    def __init__(self, rules, p_keep, p_none=None, **kw):
         super().__init__(rules, **kw)
-        self.p_keep = p_keep
+        self.p_keep, self.p_none = p_keep, p_none
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
         if prefix.startswith('{"keep"'):
             self.calls.append("keep")
             return {o: math.log(self.p_keep if o == "yes" else 1 - self.p_keep) for o in options}
+        if prefix.startswith('{"sentence"'):
+            self.calls.append("quote")
+            if self.p_none is None:
+                raise ValueError("no usable answer")
+            rest = (1 - self.p_none) / (len(options) - 1)
+            return {o: math.log(self.p_none if o == "0" else rest) for o in options}
         return {o: math.log(0.01 if o == " []" else 0.99) for o in options}  # extraction
 
 
@@ -324,13 +331,27 @@ def test_the_users_own_sentence_comes_before_the_models_keep_check(tmp_path):
     [add] = Pipeline(bank, "default", LLMClient(llm)).run(said, "turn")
     assert add.kind == "add" and "按步骤一条一条" in add.skill.instructions
     assert "keep" not in llm.calls
-    # no sentence of the user's says it: the keep check decides on the model's wording
+    # no sentence of the user's shares its words and the quote step gives no answer: the
+    # keep check decides on the model's wording
     said = [U("I'm allergic to peanuts. Any snack ideas for the train?")]
     for p_keep, kinds in ((0.99, ["add"]), (0.1, ["discard"])):
         llm = KeepScored(["Suggest only nut-free foods"], p_keep, name="Nut-free food")
         actions = Pipeline(SkillBank(tmp_path / f"b{p_keep}"), "default", LLMClient(llm)).run(
             said, "turn")
         assert [a.kind for a in actions] == kinds and "keep" in llm.calls
+
+
+def test_the_keep_check_never_saves_a_rule_after_the_model_answered_none(tmp_path):
+    """The model, asked which of the user's sentences should last (quote.md), answered none:
+    its own wording of an ungrounded rule is not kept, however sure the keep check is (on
+    Qwen-1.5B it kept "跟物业沟通" for a message to the caretaker about tomorrow's repair)."""
+    said = [U("帮我跟物业说一声，明天上午家里没人，修水管改到下午，别让师傅白跑一趟")]
+    for p_none, kinds in ((0.6, ["discard"]), (0.05, ["add"])):
+        llm = KeepScored(["提前告知维修时间"], 0.99, p_none, name="维修通知")
+        actions = Pipeline(SkillBank(tmp_path / f"b{p_none}"), "default", LLMClient(llm)).run(
+            said, "turn")
+        assert [a.kind for a in actions] == kinds, [(a.kind, a.reason) for a in actions]
+        assert "quote" in llm.calls and ("keep" in llm.calls) == (kinds == ["add"])
 
 
 class QuoteScored(FixedExtract):
@@ -384,9 +405,8 @@ def test_a_paraphrased_persona_is_the_users_sentence_the_model_points_at(
                       name="Energetic tone")
     actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
         PERSONA, "turn")
-    if rule is None:
+    if rule is None:  # (the quote step is asked in the last case too, whether it says none)
         assert [a.kind for a in actions] == ["discard"]
-        assert ("quote" in llm.calls) == (p_triage >= 0.6)
         return
     assert [a.kind for a in actions] == ["add"] and "quote" in llm.calls
     assert rule in actions[0].skill.instructions

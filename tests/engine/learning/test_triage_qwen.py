@@ -124,6 +124,18 @@ def test_qwen_learns_nothing_from_a_scoped_tweak_or_a_follow_up_question(pipelin
         [(a.kind, a.reason) for a in actions]
 
 
+def test_qwen_learns_nothing_from_a_one_off_errand_with_a_dont_in_it(pipeline):
+    """A request for this one errand, with a "别…" (don't) cue word in it, on the recommended
+    model: extraction wrote a rule of its own wording, no sentence of the user's grounds it,
+    and the model, asked which sentence should last (quote.md), answers none; the keep check
+    then may not save the model's wording (it did: "跟物业沟通", before the quote step's "none"
+    counted) and the cue-word fallback may not write the whole message as the rule."""
+    said = "帮我跟物业的王师傅说一声，明天上午家里没人，修水管改到下午三点以后，别让他白跑一趟"
+    actions = pipeline.run([{"role": "user", "content": said}], "turn")
+    assert not [a for a in actions if a.kind in ("add", "merge")], \
+        [(a.kind, a.reason) for a in actions]
+
+
 def test_qwen_learns_the_rule_a_cue_word_fast_tracked_not_the_request_before_it(
         pipeline, tmp_path):
     """A chat turn a cue word ("wrong") let through is the extraction's evidence alone and
