@@ -450,13 +450,21 @@ class Pipeline:
         never overrule its answer. On Qwen2.5-Coder-1.5B the fallback had turned a one-off
         request with a "don't" in it ("…课往后顺延一节就行，别扣我课时") into a skill whose one
         rule was the whole message, right after the model had answered "none" (read fresh33),
-        and the keep check had kept "跟物业沟通" for a message to the caretaker. False where the
-        model does not extract or its answer cannot be read (both run as before)."""
+        and the keep check had kept "跟物业沟通" for a message to the caretaker.
+
+        Only an answer among two or more sentences counts. Offered one sentence, the question
+        is yes or no on it, which the opening check has already weighed against triage, and
+        Qwen2.5-Coder-1.5B leans to "none" there on lone firm facts triage rightly let through
+        (P(none) 0.57-0.67 for "I strictly follow a vegan diet.", "I'm on a low-sodium diet.",
+        triage P 0.97 and 0.99; read PrefEval 260..459): counted, it cost "I have an extreme
+        aversion to heights." its skill, which the keep check had kept (PrefEval 460..499).
+        False as well where the model does not extract or its answer cannot be read (both run
+        as before)."""
         if not self.by_model:
             return False
         probs = self.quote_scores(statements([t.text for t in w.turns[w.focus:]]), requests)
-        if probs is None or max(range(len(probs)), key=probs.__getitem__) != 0:
-            return False
+        if probs is None or len(probs) < 3 or max(range(len(probs)), key=probs.__getitem__):
+            return False  # (one sentence: see above)
         log.info("evolution: the model says no sentence is meant to last (P %.2f): neither its "
                  "own wording nor a cue word's sentence is kept", probs[0])
         return True

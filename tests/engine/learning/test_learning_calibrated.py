@@ -352,6 +352,13 @@ def test_the_keep_check_never_saves_a_rule_after_the_model_answered_none(tmp_pat
             said, "turn")
         assert [a.kind for a in actions] == kinds, [(a.kind, a.reason) for a in actions]
         assert "quote" in llm.calls and ("keep" in llm.calls) == (kinds == ["add"])
+    # one sentence: "none" is a yes/no on it, which the opening check already weighed against
+    # triage (a small model leans to "none" on lone firm facts): the keep check decides
+    llm = KeepScored(["Skip boat trips and beach days"], 0.99, 0.6, name="Water fear")
+    actions = Pipeline(SkillBank(tmp_path / "lone"), "default", LLMClient(llm)).run(
+        [U("I'm terrified of deep water.")], "turn")
+    assert [a.kind for a in actions] == ["add"] and "keep" in llm.calls, \
+        [(a.kind, a.reason) for a in actions]
 
 
 class QuoteScored(FixedExtract):
