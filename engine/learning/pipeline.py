@@ -455,9 +455,9 @@ class Pipeline:
         Only an answer among two or more sentences counts. Offered one sentence, the question
         is yes or no on it, which the opening check has already weighed against triage, and
         Qwen2.5-Coder-1.5B leans to "none" there on lone firm facts triage rightly let through
-        (P(none) 0.57-0.67 for "I strictly follow a vegan diet.", "I'm on a low-sodium diet.",
-        triage P 0.97 and 0.99; read PrefEval 260..459): counted, it cost "I have an extreme
-        aversion to heights." its skill, which the keep check had kept (PrefEval 460..499).
+        (P(none) 0.57-0.67 on five one-sentence diets and dislikes of the read PrefEval items
+        260..459, triage P 0.86-0.99): counted, it cost a one-sentence fear of heights its
+        skill, which the keep check had kept (PrefEval 460..499).
         False as well where the model does not extract or its answer cannot be read (both run
         as before)."""
         if not self.by_model:
