@@ -431,8 +431,7 @@ class Pipeline:
         if all(c.startswith("model:") for c in w.cues) and max(
                 (self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0) < QUOTE_TRIAGE_P:
             return None  # triage let the turn through, but not surely enough for a rescue
-        sents = options(statements([t.text for t in w.turns[w.focus:]]))
-        probs = self.quote_scores(sents, requests)
+        sents, probs = self.evidence_scores(w, requests)
         if probs is None:
             return None
         best = max(range(len(probs)), key=probs.__getitem__)
@@ -462,12 +461,20 @@ class Pipeline:
         as before)."""
         if not self.by_model:
             return False
-        probs = self.quote_scores(statements([t.text for t in w.turns[w.focus:]]), requests)
-        if probs is None or len(probs) < 3 or max(range(len(probs)), key=probs.__getitem__):
-            return False  # (one sentence: see above)
+        sents, probs = self.evidence_scores(w, requests)
+        if probs is None or len(sents) < 2 or max(range(len(probs)), key=probs.__getitem__):
+            return False
         log.info("evolution: the model says no sentence is meant to last (P %.2f): neither its "
                  "own wording nor a cue word's sentence is kept", probs[0])
         return True
+
+    def evidence_scores(self, w: triage.Window, requests: Sequence[str] = ()
+                        ) -> tuple[list[str], list[float] | None]:
+        """The options the quote step offers for window ``w`` (the sentences of its evidence
+        turns, :func:`options`) and its scores for them (:meth:`quote_scores`, cached): what
+        both the rescue (:meth:`quote`) and the veto (:meth:`declined`) read."""
+        sents = options(statements([t.text for t in w.turns[w.focus:]]))
+        return sents, self.quote_scores(sents, requests)
 
     def quote_scores(self, sentences: list[str], requests: Sequence[str] = ()
                      ) -> list[float] | None:
