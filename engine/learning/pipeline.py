@@ -437,7 +437,35 @@ class Pipeline:
         best = max(range(len(probs)), key=probs.__getitem__)
         log.info("evolution: quote %d P %.3f of %d (%s)", best, probs[best], len(sents),
                  clip(sents[best - 1], 80) if best else "none")
-        return sents[best - 1] if best and probs[best] >= QUOTE_MIN_P else None
+        if best and probs[best] >= QUOTE_MIN_P:
+            return sents[best - 1]
+        if len(sents) == 1 and self.opened(w, probs[0]):
+            return sents[0]
+        return None
+
+    def opened(self, w: triage.Window, p_none: float) -> bool:
+        """The window's evidence is the conversation's opening message alone, and triage's
+        P(durable) for it outweighed ``p_none``, the quote step's P(no sentence is meant to
+        last) — the opening check of :meth:`_triage`, which has then already decided that
+        the message's one sentence is what lasts.
+
+        Offered one sentence, the quote step's question is a yes/no on it, and Qwen2.5-Coder-
+        1.5B leans to "none" there on lone firm facts (P(none) 0.52-0.67 on six diets, dislikes
+        and fears of the read PrefEval items 260..459, triage P 0.86-0.99): a majority bar
+        would make the opening check's yes a no. Weighed against triage, as the opening check
+        weighs it, the one sentence is the rule where the model's own wording was not grounded
+        in it ("Limit sodium intake" for a low-sodium diet: 7 of the 21 preferences of those
+        items that wrote nothing). Later turns have no such check (the lasting check asks
+        another question): there a lone sentence still needs the majority."""
+        turns = w.turns[w.focus:]
+        if len(turns) != 1 or turns[0].index != self.opening:
+            return False
+        p = self.triaged.get(turns[0].index)
+        if p is None or p <= p_none:
+            return False
+        log.info("evolution: the opening's one sentence is the rule (triage P %.2f outweighs "
+                 "P(none) %.2f)", p, p_none)
+        return True
 
     def declined(self, w: triage.Window, requests: Sequence[str] = ()) -> bool:
         """The model, asked which sentence of the window's evidence turns says what should

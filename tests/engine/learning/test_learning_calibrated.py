@@ -352,13 +352,36 @@ def test_the_keep_check_never_saves_a_rule_after_the_model_answered_none(tmp_pat
             said, "turn")
         assert [a.kind for a in actions] == kinds, [(a.kind, a.reason) for a in actions]
         assert "quote" in llm.calls and ("keep" in llm.calls) == (kinds == ["add"])
-    # one sentence: "none" is a yes/no on it, which the opening check already weighed against
-    # triage (a small model leans to "none" on lone firm facts): the keep check decides
-    llm = KeepScored(["Skip boat trips and beach days"], 0.99, 0.6, name="Water fear")
+    # one sentence, after an earlier turn: "none" is a yes/no on it (a small model leans to
+    # "none" on lone firm facts), not a pick among sentences: the keep check decides
+    llm = KeepScored(["Skip water trips"], 0.99, 0.6, name="Water fear")
     actions = Pipeline(SkillBank(tmp_path / "lone"), "default", LLMClient(llm)).run(
-        [U("I'm terrified of deep water.")], "turn")
+        [U("Hi there."), A("Hello! How can I help?"), U("I'm terrified of deep water.")],
+        "turn")
     assert [a.kind for a in actions] == ["add"] and "keep" in llm.calls, \
         [(a.kind, a.reason) for a in actions]
+    assert "- Skip water trips" in actions[0].skill.instructions.splitlines()
+
+
+@pytest.mark.parametrize("p_none, rule", [
+    (0.6, "I'm terrified of deep water."),  # triage's P (0.86) outweighs P(none): the sentence
+    (0.95, None)])  # P(none) outweighs triage: the opening check stops the turn
+def test_an_openings_one_sentence_is_the_rule_where_triage_outweighed_none(tmp_path, p_none,
+                                                                           rule):
+    """A lone firm fact opens the conversation and the model's rule shares none of its words:
+    the opening check has weighed the quote step's P(none) against triage and let it on, so the
+    user's one sentence is the rule (no majority asked of a yes/no), and the keep check is not
+    asked about the model's own wording."""
+    llm = KeepScored(["Skip boat trips and beach days"], 0.99, p_none, name="Water fear")
+    actions = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run(
+        [U("I'm terrified of deep water.")], "turn")
+    assert "keep" not in llm.calls
+    if rule is None:
+        assert "extract" not in llm.calls and not any(a.kind == "add" for a in actions)
+        return
+    assert [a.kind for a in actions] == ["add"], [(a.kind, a.reason) for a in actions]
+    assert f"- {rule}" in actions[0].skill.instructions.splitlines()
+    assert "boat" not in actions[0].skill.instructions
 
 
 class QuoteScored(FixedExtract):
