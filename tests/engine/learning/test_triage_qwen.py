@@ -136,6 +136,23 @@ def test_qwen_learns_nothing_from_a_one_off_errand_with_a_dont_in_it(pipeline):
         [(a.kind, a.reason) for a in actions]
 
 
+@pytest.mark.parametrize("said, word", [("I'm strictly vegan.", "vegan"),
+                                        ("I keep kosher.", "kosher"),
+                                        ("I'm a wheelchair user.", "wheelchair")])
+def test_qwen_learns_a_lone_firm_fact_in_the_users_words(pipeline, tmp_path, said, word):
+    """A firm fact said alone, as a conversation's first message: the model's own rule shares
+    none of its words ("Avoid all animal products"), and the quote step, offered the one
+    sentence, leans to "none" (P 0.60-0.73 when written) where triage is sure (0.91-0.98); the
+    opening check let it on, so the sentence is the rule (before, the keep check refused the
+    model's wording and nothing was learned)."""
+    learner = Pipeline(SkillBank(tmp_path), "default", pipeline.llm)
+    actions = learner.run([{"role": "user", "content": said}], "turn")
+    added = [a.skill for a in actions if a.kind == "add"]
+    assert len(added) == 1, [(a.kind, a.reason) for a in actions]
+    assert f"- {said}" in added[0].instructions.splitlines()
+    assert word in added[0].display_name.lower() + added[0].description.lower()
+
+
 def test_qwen_learns_the_rule_a_cue_word_fast_tracked_not_the_request_before_it(
         pipeline, tmp_path):
     """A chat turn a cue word ("wrong") let through is the extraction's evidence alone and
