@@ -427,7 +427,8 @@ class Pipeline:
         rules' words (Qwen-1.5B wrote "Use a calm, soothing tone" for "Talk to me like a
         hushed nature documentary narrator…"). The user's sentence is grounded by
         construction; it counts when its probability reaches :data:`QUOTE_MIN_P` (read after
-        ``{"sentence": "``, one forward pass); None otherwise."""
+        ``{"sentence": "``, one forward pass), or, offered alone as the conversation's
+        opening, where the opening check let it on (:meth:`opened`); None otherwise."""
         if all(c.startswith("model:") for c in w.cues) and max(
                 (self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0) < QUOTE_TRIAGE_P:
             return None  # triage let the turn through, but not surely enough for a rescue
