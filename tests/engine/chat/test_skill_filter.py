@@ -238,3 +238,34 @@ def test_warm_up_primes_the_filter_prompt_for_the_first_skilled_answer(qwen_desk
     assert backend.snapshot_hits == hits + 1  # the filter call began from the warm-up
     desk.config.retrieval.self_filter = False
     assert desk.warm_up() is None  # off in the settings: nothing to prime
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_qwen_keeps_a_skill_about_the_user_for_a_request_it_changes(qwen_path):
+    """A skill about the user (a diet, a way of learning) fits a request whose answer it
+    should change and no unrelated question. The prompt says so with one example (a
+    vegetarian and a dinner); with the first prompt and its bar (0.6) the vegan skill was
+    dropped from a dinner request (P 0.53). The 1.5B model follows it only in part: a fear of
+    heights under a holiday request scored 0.22 when written."""
+    from engine.chat.skill_filter import FIT_MIN_P, fit_probability
+    from engine.llm.client import LLMClient
+    from engine.llm.llama_backend import LlamaCppBackend
+    from engine.llm.registry import resolve
+    from engine.llm.worker import ModelWorker
+
+    worker = ModelWorker(LlamaCppBackend(resolve(str(qwen_path)), n_threads=2, n_ctx=2048))
+    try:
+        client = LLMClient(worker)
+        for (title, desc), fits, unrelated in [
+                (("Vegan diet", "The user follows a vegan diet."),
+                 "Can you suggest a recipe for dinner tonight?", "What year did the Berlin Wall fall?"),
+                (("Hands-on learning", "The user learns best by doing, not by reading."),
+                 "How should I go about learning to play the guitar?",
+                 "Who wrote Pride and Prejudice?")]:
+            hit = FakeHit(title, desc)
+            hit.skill.title = title
+            assert fit_probability(client, fits, hit) >= FIT_MIN_P, title
+            assert fit_probability(client, unrelated, hit) < FIT_MIN_P, title
+    finally:
+        worker.close()
