@@ -92,9 +92,9 @@ FIT_OPTIONS = {"no": " []", "yes": " ["}
 # 0.5, 0.048 EN at 0.4; served R@1 EN 0.588 at 0.5, 0.529 at 0.4). Twenty-third round, against
 # the old prompt at 0.6: read fresh6, 120-skill bank EN off-topic 0.12 -> 0.08, served R@1 EN
 # 0.556 -> 0.611; untouched fresh7, off-topic unchanged, served R@1 EN 0.667 -> 0.722, ZH the
-# same; PrefEval (`bench prefeval`, the learned banks kept) own skill filtered out 0.10-0.125
-# -> 0.025-0.03 on 420..459, 460..499 (read) and 540..579 (untouched), accuracy 0.325 -> 0.375,
-# 0.425 and 0.50 unchanged.
+# same; PrefEval (`bench prefeval`, the learned banks kept) own skill filtered out 0.125 ->
+# 0.025 on 420..459 (read), 0.125 -> 0.025 on 460..499 (read, new prompt at 0.6), 0.10 -> 0.03
+# on 540..579 (untouched), accuracy 0.325 -> 0.375, 0.425 and 0.50 unchanged.
 FIT_MIN_P = 0.5
 # Every judged hit costs a call (0.5-1 s on 2 cores; on the read paraphrase splits 1.73 hits
 # were judged per request). Keeping a hit retrieval is sure of without asking would save some,
