@@ -273,7 +273,7 @@ class Pipeline:
         # AUC 0.88 where triage's P had 0.75, the average 0.90; it stops 9 of the 21 and none
         # of the 26 (fresh17-18, read afterwards: 5 of 10, none of 7)
         probs = self.quote_scores(statements([turns[-1].text]))
-        if probs is not None and probs[0] > p:
+        if probs is not None and not goes_on(p, probs[0]):
             log.info("evolution: triage P %.2f, but no sentence is meant to last (P %.2f): %s",
                      p, probs[0], clip(turns[-1].text, 80))
             return None
@@ -292,7 +292,7 @@ class Pipeline:
         (a chattier post, a follow-up question with the bike's details): 1 of 8 stopped."""
         before = [t.text for t in self.users if t.index < turn.index][-2:]
         q = self.lasting_score(turn, before) if before else None
-        if q is not None and 1 - q > p:
+        if q is not None and not goes_on(p, 1 - q):
             log.info("evolution: triage P %.2f, but not wanted again next time (P %.2f): %s",
                      p, 1 - q, clip(turn.text, 80))
             return None
@@ -459,10 +459,10 @@ class Pipeline:
         items that wrote nothing). Later turns have no such check (the lasting check asks
         another question): there a lone sentence still needs the majority."""
         turns = w.turns[w.focus:]
-        if len(turns) != 1 or turns[0].index != self.opening:
-            return False
+        if len(turns) != 1 or turns[0].index != self.opening or not self.llm.scores_tokens:
+            return False  # (a backend that cannot score tokens gets no opening check)
         p = self.triaged.get(turns[0].index)
-        if p is None or p <= p_none:
+        if p is None or not goes_on(p, p_none):  # as the opening check read it
             return False
         log.info("evolution: the opening's one sentence is the rule (triage P %.2f outweighs "
                  "P(none) %.2f)", p, p_none)
@@ -791,6 +791,13 @@ def asked_for(earlier: list[str], w: triage.Window) -> str:
 
 
 MAX_OPTIONS = 9  # the quote prompt's schema numbers sentences 1-9
+
+
+def goes_on(p_durable: float, p_against: float) -> bool:
+    """A turn triage let through goes on where triage's P(durable) is at least the second
+    look's P against it (the opening check's P(no sentence is meant to last), the lasting
+    check's P(not wanted again)): the two reads at even odds, no constant fitted."""
+    return p_durable >= p_against
 
 
 def options(sentences: list[str]) -> list[str]:
