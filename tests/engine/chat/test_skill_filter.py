@@ -74,8 +74,23 @@ def test_the_filter_judges_each_candidate_alone_on_titles_and_descriptions_only(
     assert prefix == '{"use":' and options == {"no": " []", "yes": " ["}
     # the bar (fitted on the tune halves) keeps what reaches it, drops what does not
     from engine.chat.skill_filter import FIT_MIN_P
-    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P}), "x", [hits[1]]).hits == [hits[1]]
-    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P - 0.01}), "x", [hits[1]]).hits == []
+    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P["en"]}), "x", [hits[1]]).hits == [hits[1]]
+    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P["en"] - 0.01}), "x", [hits[1]]).hits == []
+
+
+def test_the_bar_is_the_requests_languages():
+    """The 1.5B model's P(fits) runs higher on Chinese requests, for the skill that fits and
+    for a neighbour alike: a Chinese request's candidate must reach the Chinese bar."""
+    from engine.chat.skill_filter import FIT_MIN_P, fit_bar
+
+    assert FIT_MIN_P["zh"] > FIT_MIN_P["en"]
+    assert fit_bar("Summarize this report") == FIT_MIN_P["en"]
+    assert fit_bar("帮我总结一下这份周报") == FIT_MIN_P["zh"]
+    hit = FakeHit("tldr", "TL;DR first.")
+    between = (FIT_MIN_P["en"] + FIT_MIN_P["zh"]) / 2
+    assert self_filter(Scripted(fits={"Tldr": between}), "Summarize this", [hit]).hits == [hit]
+    assert self_filter(Scripted(fits={"Tldr": between}), "帮我总结一下", [hit]).hits == []
+    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P["zh"]}), "帮我总结一下", [hit]).hits == [hit]
 
 
 def test_a_vocabulary_that_cannot_score_falls_back_to_one_joint_call():
@@ -265,7 +280,7 @@ def test_qwen_keeps_a_skill_about_the_user_for_a_request_it_changes(qwen_path):
                  "Who wrote Pride and Prejudice?")]:
             hit = FakeHit(title, desc)
             hit.skill.title = title
-            assert fit_probability(client, fits, hit) >= FIT_MIN_P, title
-            assert fit_probability(client, unrelated, hit) < FIT_MIN_P, title
+            assert fit_probability(client, fits, hit) >= FIT_MIN_P["en"], title
+            assert fit_probability(client, unrelated, hit) < FIT_MIN_P["en"], title
     finally:
         worker.close()
