@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning_scenarios import load_scenarios
+from bench.triage import auc as roc_auc
 from engine.text import normalize
 
 BARS = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
@@ -59,12 +60,9 @@ def pairs(scenarios: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def auc(rows: list[dict[str, Any]]) -> float | None:
-    pos = [r["p"] for r in rows if r["replaced"] and r["p"] is not None]
-    neg = [r["p"] for r in rows if not r["replaced"] and r["p"] is not None]
-    if not pos or not neg:
-        return None
-    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
-    return wins / (len(pos) * len(neg))
+    """How well P(replaces) ranks the replaced rules above the kept ones."""
+    return roc_auc([r["p"] for r in rows if r["replaced"] and r["p"] is not None],
+                   [r["p"] for r in rows if not r["replaced"] and r["p"] is not None])
 
 
 def table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:

@@ -30,11 +30,22 @@ from engine.text import normalize
 BARS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
 
 
+def _splits(value: str) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    unknown = [v for v in names if v not in SPLITS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown split {', '.join(unknown) or value!r}; "
+                                         f"choose from {', '.join(SPLITS)}")
+    return names
+
+
 def _args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="skilldesk bench triage", description=__doc__.split("\n")[0])
     p.add_argument("--model", default="recommended", help="registry key or .gguf path")
     p.add_argument("--scenarios", default="people", help="scenario file or set name")
-    p.add_argument("--split", choices=SPLITS, help="only this split")
+    p.add_argument("--split", type=_splits, metavar="SPLIT[,SPLIT…]",
+                   help="only these splits (comma-separated; pooled in the tables): "
+                        + ", ".join(SPLITS))
     p.add_argument("--limit", type=int, help="at most N scenarios")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", metavar="FILE", help="also write every scored turn as JSON")
@@ -72,6 +83,7 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     from engine.learning.pipeline import earlier_requests
 
     msgs, rows = sc["messages"], []
+    first = next((k for k, m in enumerate(msgs) if m["role"] == "user"), -1)
     for k, m in enumerate(msgs):
         if m["role"] != "user":
             continue
@@ -86,7 +98,7 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
             return kind if extract and p is not None else None
 
         passed = triage.windows(msgs[:k + 1], "turn", decide)
-        row = {"id": sc["id"], "turn": k, "oneoff": not sc["expect"],
+        row = {"id": sc["id"], "turn": k, "opening": k == first, "oneoff": not sc["expect"],
                "durable": durable_turn(sc, m["content"]),
                "cued": bool(passed) and not seen, "p": seen[0][0] if seen else None,
                "s": seen[0][1] if seen else 0.0}
@@ -183,6 +195,34 @@ def extract_table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) ->
     return "\n".join(lines)
 
 
+def auc(pos: list[float], neg: list[float]) -> float | None:
+    """P(a random positive scores above a random negative), ties half; None without both."""
+    if not pos or not neg:
+        return None
+    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+
+
+def separation(rows: list[dict[str, Any]]) -> str:
+    """How well each score separates durable turns from the others (AUC), for a
+    conversation's opening message and for its later turns apart: the two are different
+    questions (a request with a fact beside it; a tweak, a follow-up, a format asked again),
+    and a pooled AUC hides a score that decides one of them at chance."""
+    lines = ["separation of durable turns from the others (AUC; 0.5 is chance)",
+             "score                   | openings (durable/other)  | later turns (durable/other)",
+             "------------------------|---------------------------|----------------------------"]
+    for name, key in (("triage P(durable)", "p"), ("extraction P(a skill)", "pe")):
+        cells = []
+        for first in (True, False):
+            sel = [r for r in rows if r.get(key) is not None and r["opening"] is first]
+            pos = [r[key] for r in sel if r["durable"]]
+            neg = [r[key] for r in sel if not r["durable"]]
+            a = auc(pos, neg)
+            cells.append(f"{'n/a' if a is None else f'{a:.2f}'} ({len(pos)}/{len(neg)})")
+        if any(not c.startswith("n/a (0/0)") for c in cells):
+            lines.append(f"{name:<24}| {cells[0]:<26}| {cells[1]}")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
     scored = [r for r in rows if r["p"] is not None]
     pos = [r for r in scored if r["durable"]]
@@ -212,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     from engine.llm.llama_backend import LlamaCppBackend
     from engine.llm.worker import BACKGROUND, ModelWorker
 
-    scenarios = load_scenarios(a.scenarios, None, False, a.limit, a.split)
+    scenarios = [sc for sp in (a.split or [None])
+                 for sc in load_scenarios(a.scenarios, None, False, a.limit, sp)]
     spec = registry.resolve(a.model)
     backend = LlamaCppBackend(spec, n_threads=a.threads)
     backend.keep_snapshots = not a.no_snapshot
@@ -236,9 +277,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows += score_turns(pipe, sc, between, a.extract, a.rules)
     finally:
         worker.close()
-    print(f"{spec.title}: {len(scenarios)} scenarios"
-          f"{f' (split {a.split})' if a.split else ''}")
+    where = f" (split {', '.join(a.split)})" if a.split else ""
+    print(f"{spec.title}: {len(scenarios)} scenarios{where}")
     print(table(rows))
+    print(separation(rows))
     if a.extract:
         print(extract_table(rows))
     if a.rules:

@@ -260,6 +260,22 @@ def test_bench_triage_labels_turns_by_the_evidence_and_tabulates_bars():
     assert ext[8].startswith("0.3   | 1/1") and "| 1/2" in ext[8] and ext[8].endswith("1/2")
 
 
+def test_bench_triage_separates_openings_from_later_turns():
+    """The AUC of each score is given for openings and later turns apart: a score that ranks
+    the openings right and the later turns backwards must not read as one middling figure."""
+    from bench.triage import auc, separation
+
+    assert auc([0.9, 0.8], [0.1]) == 1.0 and auc([0.1], [0.9, 0.1]) == 0.25
+    assert auc([], [0.3]) is None
+    row = lambda opening, durable, p: {"opening": opening, "durable": durable, "p": p}  # noqa: E731
+    rows = [row(True, True, 0.9), row(True, False, 0.2), row(True, False, 0.3),
+            row(False, True, 0.4), row(False, False, 0.8)]
+    lines = separation(rows).splitlines()
+    triage_line = next(ln for ln in lines if ln.startswith("triage P(durable)"))
+    assert "| 1.00 (1/2)" in triage_line and triage_line.endswith("| 0.00 (1/1)")
+    assert not any(ln.startswith("extraction") for ln in lines)  # no pe scored: no line
+
+
 def test_bench_triage_labels_extracted_rules_and_tabulates_the_keep_bar():
     from bench.triage import rule_label, rules_table
 
