@@ -355,6 +355,37 @@ def _filter_stats(res: list[D.Served], a, what: str, out) -> None:
               file=out)
 
 
+REFIT_BARS = tuple(round(0.3 + 0.05 * i, 2) for i in range(12))  # 0.3 .. 0.85
+
+
+def refit_table(a) -> str:
+    """The self-filter's bar per language, refitted over every row of ``--splits`` pooled:
+    at each bar, the off-topic rate on each bank, paraphrase served R@1, and R@1 less the
+    mean off-topic rate of the two banks (a missed skill weighed as one wrong injection);
+    ``*`` marks the bar that maximises it (FIT_MIN_P is set from this on the read splits)."""
+    para, targets = a.served_paraphrase
+    lines = [f"\nSelf-filter bar refit, pooled over {', '.join(D.label(s) for s in a.splits)} "
+             "(* = the best R@1 - mean off-topic; FIT_MIN_P, per language)",
+             "language  bar   off-topic starter  off-topic user  served R@1  R@1 - off-topic",
+             "--------  ----  -----------------  --------------  ----------  ---------------"]
+    for lang in D.LANGS:
+        def rows(res, lang=lang):
+            return [x for x in res if x.row["split"] in a.splits and x.row["lang"] == lang]
+        cells = []
+        for bar in REFIT_BARS:
+            off = [sum(bool(x.with_band(None, bar)) for x in rows(res)) / max(1, len(rows(res)))
+                   for res in (a.served_offtopic["starter"], a.served_offtopic["user"])]
+            sel = rows(para)
+            r1 = sum(bool(g := x.with_band(None, bar)) and g[0] == targets[x.row["id"]]
+                     for x in sel) / max(1, len(sel))
+            cells.append((bar, off, r1, r1 - sum(off) / 2))
+        best = max(cells, key=lambda c: c[3])[0]
+        for bar, off, r1, obj in cells:
+            lines.append(f"{lang.upper():<8}  {bar:<4}  {off[0]:<17.3f}  {off[1]:<14.3f}  "
+                         f"{r1:<10.3f}  {obj:.3f}{' *' if bar == best else ''}")
+    return "\n".join(lines)
+
+
 def offtopic(embedders, a, out, params=None) -> list[list]:
     """Injection rate of the off-topic set on the starter bank and the 120-skill user bank."""
     emb = embedders.get(DEFAULT_EMBEDDER) or next(iter(embedders.values()))
@@ -367,6 +398,7 @@ def offtopic(embedders, a, out, params=None) -> list[list]:
             idx = D.open_index(root, emb, params)
             res = D.serve(idx, rows_in, client=client, splits=a.splits)
             allres += res
+            a.served_offtopic[bank] = res
             name = f"{bank} ({len(idx)})"
             rows += D.injection_rows(res, name, a.splits)
             bad += [f"  [{bank}] {x}" for x in D.offenders(res, 6, a.splits)]
@@ -397,8 +429,8 @@ def offtopic(embedders, a, out, params=None) -> list[list]:
                     "when a hit with P(related) >= the band is kept without the self-filter's "
                     "call (calls: the filter's model calls per request, these splits)"), file=out)
         print(table(["self-filter bar"] + cols, bars, "\nOff-topic rate when a judged skill "
-                    "must reach P(fits) >= the bar (the filter's FIT_MIN_P; fit it on tune)"),
-              file=out)
+                    "must reach P(fits) >= the bar (the filter's FIT_MIN_P, one per language; "
+                    "refit it on the read splits pooled)"), file=out)
         _filter_stats(allres, a, "the off-topic sets (both banks)", out)
     return rows
 
@@ -414,6 +446,7 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
     targets = {r["id"]: D.target_key(idx, root, r["target"]) for r in rows_in}
     client = filter_client(a)
     res = D.serve(idx, rows_in, client=client, splits=a.splits)
+    a.served_paraphrase = (res, targets)
     rows = D.paraphrase_rows(res, targets, a.splits)
     hdr = ["split / language", "n", "served R@1", "served R@3", "any skill", "R@1 no cut",
            "R@5 no cut", "MRR no cut"]
@@ -501,6 +534,7 @@ def fit_relevance(skills, embedders, a, root, out) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = _args(list(argv or []))
     a.corpus = a.bank or a.corpus or DEFAULT_CORPUS
+    a.served_offtopic, a.served_paraphrase = {}, ([], {})
     out = sys.stdout
     names = [n.strip() for n in a.embedders.split(",") if n.strip()]
     with tempfile.TemporaryDirectory(prefix="skilldesk-bench-") as tmp:
@@ -528,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
                     offtopic(embedders, a, out)
                 if "paraphrase" in sections:
                     paraphrase(skills, embedders, a, root, out)
+                if a.filter_model and {"offtopic", "paraphrase"} <= sections:
+                    print(refit_table(a), file=out)
             if "constraints" in sections:
                 constraints(embedders, a, out)
             if "quality" in sections:

@@ -32,6 +32,33 @@ def test_a_band_keeps_the_hits_retrieval_is_sure_of_without_a_call_and_judges_th
     assert D.Served({"split": "tune"}, ["a"], ["a"], scores=[0.1]).calls(None) == 0  # no filter
 
 
+def test_the_bar_refit_picks_per_language_the_bar_that_serves_most_with_fewest_injections():
+    """English: the paraphrase target scores 0.6 and the off-topic neighbour 0.45, so every bar
+    from 0.5 to 0.6 serves the target and injects nothing (the lowest marked); Chinese: the
+    neighbour scores 0.65 and the target 0.8, so the bar must climb above 0.65."""
+    from types import SimpleNamespace
+
+    from bench.retrieval import refit_table
+
+    def served(rid, lang, hits, fit):
+        s = D.Served({"id": rid, "split": "tune", "lang": lang}, hits, hits)
+        s.filtered, s.fit = hits, fit
+        return s
+
+    a = SimpleNamespace(splits=("tune",), served_offtopic={
+        "starter": [served("o1", "en", [], {}), served("o2", "zh", [], {})],
+        "user": [served("o3", "en", ["n"], {"n": 0.45}), served("o4", "zh", ["n"], {"n": 0.65})]},
+        served_paraphrase=([served("p1", "en", ["t", "x"], {"t": 0.6, "x": 0.2}),
+                            served("p2", "zh", ["t"], {"t": 0.8})], {"p1": "t", "p2": "t"}))
+    lines = refit_table(a).splitlines()
+    best = [ln.split() for ln in lines if ln.endswith("*")]
+    assert [(b[0], b[1]) for b in best] == [("EN", "0.5"), ("ZH", "0.7")]
+    en = {ln.split()[1]: ln.split() for ln in lines if ln.startswith("EN ")}
+    # columns: starter, user off-topic, served R@1, R@1 less the mean off-topic
+    assert en["0.3"][2:] == ["0.000", "1.000", "1.000", "0.500"]  # the neighbour injected
+    assert en["0.65"][2:] == ["0.000", "0.000", "0.000", "0.000"]  # the target lost as well
+
+
 def test_constraints_section_learns_each_statement_once_and_scores_its_requests(
         tmp_path, embedder):
     """The constraints section on a scripted learner: each statement writes one skill whose

@@ -72,7 +72,7 @@ def test_the_filter_judges_each_candidate_alone_on_titles_and_descriptions_only(
     assert name == "filter" and values["request"] == "Summarize this"
     assert values["skills"] == candidates_text(hits[:1]) == "1. Rust-Lexer: Tokenize Python in Rust."
     assert prefix == '{"use":' and options == {"no": " []", "yes": " ["}
-    # the bar (fitted on the tune halves) keeps what reaches it, drops what does not
+    # the bar (an English request's) keeps what reaches it, drops what does not
     from engine.chat.skill_filter import FIT_MIN_P
     assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P["en"]}), "x", [hits[1]]).hits == [hits[1]]
     assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P["en"] - 0.01}), "x", [hits[1]]).hits == []
