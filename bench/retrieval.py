@@ -358,26 +358,31 @@ def _filter_stats(res: list[D.Served], a, what: str, out) -> None:
 REFIT_BARS = tuple(round(0.3 + 0.05 * i, 2) for i in range(12))  # 0.3 .. 0.85
 
 
-def refit_table(a) -> str:
-    """The self-filter's bar per language, refitted over every row of ``--splits`` pooled:
-    at each bar, the off-topic rate on each bank, paraphrase served R@1, and R@1 less the
-    mean off-topic rate of the two banks (a missed skill weighed as one wrong injection);
-    ``*`` marks the bar that maximises it (FIT_MIN_P is set from this on the read splits)."""
-    para, targets = a.served_paraphrase
-    lines = [f"\nSelf-filter bar refit, pooled over {', '.join(D.label(s) for s in a.splits)} "
+def refit_table(splits, offtopic: dict[str, list[D.Served]], paraphrase: list[D.Served],
+                targets: dict[str, str | None]) -> str:
+    """The self-filter's bar per language, refitted over every row of ``splits`` pooled: at
+    each bar, the off-topic rate on each bank (``offtopic``: bank -> served rows), paraphrase
+    served R@1, and R@1 less the mean off-topic rate of the two banks (a missed skill weighed
+    as one wrong injection); ``*`` marks the bar that maximises it (FIT_MIN_P is set from this
+    on the read splits)."""
+    lines = [f"\nSelf-filter bar refit, pooled over {', '.join(D.label(s) for s in splits)} "
              "(* = the best R@1 - mean off-topic; FIT_MIN_P, per language)",
              "language  bar   off-topic starter  off-topic user  served R@1  R@1 - off-topic",
              "--------  ----  -----------------  --------------  ----------  ---------------"]
+
+    def share(rows: list[D.Served], hit) -> float:
+        return sum(map(hit, rows)) / max(1, len(rows))
+
     for lang in D.LANGS:
-        def rows(res, lang=lang):
-            return [x for x in res if x.row["split"] in a.splits and x.row["lang"] == lang]
+        def mine(res: list[D.Served], lang: str = lang) -> list[D.Served]:
+            return [x for x in res if x.row["split"] in splits and x.row["lang"] == lang]
+        banks = [mine(offtopic["starter"]), mine(offtopic["user"])]
+        para = mine(paraphrase)
         cells = []
         for bar in REFIT_BARS:
-            off = [sum(bool(x.with_band(None, bar)) for x in rows(res)) / max(1, len(rows(res)))
-                   for res in (a.served_offtopic["starter"], a.served_offtopic["user"])]
-            sel = rows(para)
-            r1 = sum(bool(g := x.with_band(None, bar)) and g[0] == targets[x.row["id"]]
-                     for x in sel) / max(1, len(sel))
+            off = [share(rows, lambda x, bar=bar: bool(x.with_band(None, bar))) for rows in banks]
+            r1 = share(para, lambda x, bar=bar: x.with_band(None, bar)[:1]
+                       == [targets[x.row["id"]]])
             cells.append((bar, off, r1, r1 - sum(off) / 2))
         best = max(cells, key=lambda c: c[3])[0]
         for bar, off, r1, obj in cells:
@@ -386,19 +391,21 @@ def refit_table(a) -> str:
     return "\n".join(lines)
 
 
-def offtopic(embedders, a, out, params=None) -> list[list]:
-    """Injection rate of the off-topic set on the starter bank and the 120-skill user bank."""
+def offtopic(embedders, a, out, params=None) -> dict[str, list[D.Served]]:
+    """Injection rate of the off-topic set on the starter bank and the 120-skill user bank;
+    returns each bank's served rows."""
     emb = embedders.get(DEFAULT_EMBEDDER) or next(iter(embedders.values()))
     rows_in = D.load("offtopic.jsonl")
     client = filter_client(a)
     rows, frows, bad, fbad, band, bars, allres = [], [], [], [], [], [], []
+    served: dict[str, list[D.Served]] = {}
     with tempfile.TemporaryDirectory(prefix="skilldesk-offtopic-") as tmp:
         for bank in ("starter", "user"):
             root = D.build_bank(bank, a.corpus, Path(tmp) / bank)
             idx = D.open_index(root, emb, params)
             res = D.serve(idx, rows_in, client=client, splits=a.splits)
             allres += res
-            a.served_offtopic[bank] = res
+            served[bank] = res
             name = f"{bank} ({len(idx)})"
             rows += D.injection_rows(res, name, a.splits)
             bad += [f"  [{bank}] {x}" for x in D.offenders(res, 6, a.splits)]
@@ -432,11 +439,13 @@ def offtopic(embedders, a, out, params=None) -> list[list]:
                     "must reach P(fits) >= the bar (the filter's FIT_MIN_P, one per language; "
                     "refit it on the read splits pooled)"), file=out)
         _filter_stats(allres, a, "the off-topic sets (both banks)", out)
-    return rows
+    return served
 
 
-def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
-    """Paraphrased requests on the whole corpus: served R@1 and the uncut ranking."""
+def paraphrase(skills, embedders, a, root, out, params=None
+               ) -> tuple[list[D.Served], dict[str, str | None]]:
+    """Paraphrased requests on the whole corpus: served R@1 and the uncut ranking; returns
+    the served rows and each row's target key."""
     emb = embedders.get(DEFAULT_EMBEDDER) or next(iter(embedders.values()))
     rows_in = D.load("paraphrase.jsonl")
     idx = SkillIndex(emb, None, params or DEFAULT_PARAMS, persist=False)
@@ -446,7 +455,6 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
     targets = {r["id"]: D.target_key(idx, root, r["target"]) for r in rows_in}
     client = filter_client(a)
     res = D.serve(idx, rows_in, client=client, splits=a.splits)
-    a.served_paraphrase = (res, targets)
     rows = D.paraphrase_rows(res, targets, a.splits)
     hdr = ["split / language", "n", "served R@1", "served R@3", "any skill", "R@1 no cut",
            "R@5 no cut", "MRR no cut"]
@@ -482,7 +490,7 @@ def paraphrase(skills, embedders, a, root, out, params=None) -> list[list]:
             print(f"search + embedding, {label} ({len(ms)} requests, {len(idx)} skills): p50 "
                   f"{np.percentile(ms, 50):.1f} ms, p95 {np.percentile(ms, 95):.1f} ms "
                   "(a request of several sentences embeds each, at most 4)", file=out)
-    return rows
+    return res, targets
 
 
 def constraints(embedders, a, out, params=None) -> None:
@@ -534,7 +542,6 @@ def fit_relevance(skills, embedders, a, root, out) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = _args(list(argv or []))
     a.corpus = a.bank or a.corpus or DEFAULT_CORPUS
-    a.served_offtopic, a.served_paraphrase = {}, ([], {})
     out = sys.stdout
     names = [n.strip() for n in a.embedders.split(",") if n.strip()]
     with tempfile.TemporaryDirectory(prefix="skilldesk-bench-") as tmp:
@@ -558,12 +565,11 @@ def main(argv: list[str] | None = None) -> int:
                       f"are not in {a.corpus} (e.g. {missing[0]}); they need the full "
                       "autoskill-dev corpus", file=out)
             else:
-                if "offtopic" in sections:
-                    offtopic(embedders, a, out)
-                if "paraphrase" in sections:
-                    paraphrase(skills, embedders, a, root, out)
-                if a.filter_model and {"offtopic", "paraphrase"} <= sections:
-                    print(refit_table(a), file=out)
+                off = offtopic(embedders, a, out) if "offtopic" in sections else None
+                para = paraphrase(skills, embedders, a, root, out) \
+                    if "paraphrase" in sections else None
+                if a.filter_model and off and para:
+                    print(refit_table(a.splits, off, *para), file=out)
             if "constraints" in sections:
                 constraints(embedders, a, out)
             if "quality" in sections:

@@ -36,8 +36,6 @@ def test_the_bar_refit_picks_per_language_the_bar_that_serves_most_with_fewest_i
     """English: the paraphrase target scores 0.6 and the off-topic neighbour 0.45, so every bar
     from 0.5 to 0.6 serves the target and injects nothing (the lowest marked); Chinese: the
     neighbour scores 0.65 and the target 0.8, so the bar must climb above 0.65."""
-    from types import SimpleNamespace
-
     from bench.retrieval import refit_table
 
     def served(rid, lang, hits, fit):
@@ -45,12 +43,12 @@ def test_the_bar_refit_picks_per_language_the_bar_that_serves_most_with_fewest_i
         s.filtered, s.fit = hits, fit
         return s
 
-    a = SimpleNamespace(splits=("tune",), served_offtopic={
+    offtopic = {
         "starter": [served("o1", "en", [], {}), served("o2", "zh", [], {})],
-        "user": [served("o3", "en", ["n"], {"n": 0.45}), served("o4", "zh", ["n"], {"n": 0.65})]},
-        served_paraphrase=([served("p1", "en", ["t", "x"], {"t": 0.6, "x": 0.2}),
-                            served("p2", "zh", ["t"], {"t": 0.8})], {"p1": "t", "p2": "t"}))
-    lines = refit_table(a).splitlines()
+        "user": [served("o3", "en", ["n"], {"n": 0.45}), served("o4", "zh", ["n"], {"n": 0.65})]}
+    paraphrase = [served("p1", "en", ["t", "x"], {"t": 0.6, "x": 0.2}),
+                  served("p2", "zh", ["t"], {"t": 0.8})]
+    lines = refit_table(("tune",), offtopic, paraphrase, {"p1": "t", "p2": "t"}).splitlines()
     best = [ln.split() for ln in lines if ln.endswith("*")]
     assert [(b[0], b[1]) for b in best] == [("EN", "0.5"), ("ZH", "0.7")]
     en = {ln.split()[1]: ln.split() for ln in lines if ln.startswith("EN ")}
