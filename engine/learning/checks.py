@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from engine.learning.candidate import Candidate
-from engine.learning.rules import is_question, named_tools, said_for_this_request
+from engine.learning.rules import SENTENCE, is_question, named_tools, said_for_this_request
 from engine.text import (
     ZH_STOP,
     cjk_count,
@@ -445,6 +445,54 @@ def general_rules(rules: list[str], case: set[str],
         new = reword(rule, words)
         if new is not None and reworded(rule, new, case):
             out.append(new.strip())
+    return dedupe(out)
+
+
+USER_WORDS_MAX = 30  # content words: a longer sentence tells a story, it states no rule
+
+
+def _drawn_from(rule: str, own: set[str], sent: str, toks: set[str]) -> bool:
+    """Most of ``rule`` comes from ``sent``: its words (``own``), or for Chinese, whose
+    paraphrases reorder characters ("提前打招呼" for "提前跟两边物业打好招呼"), its
+    characters (as :func:`grounded`)."""
+    if coverage(own, toks) >= 0.6:
+        return True
+    chars = {ch for ch in normalize(rule) if "\u4e00" <= ch <= "\u9fff" and ch not in ZH_STOP}
+    return len(chars) >= 3 and len(chars & set(normalize(sent))) / len(chars) >= 0.8
+
+
+def in_user_words(rules: list[str], said: list[str], requests: Sequence[str]) -> list[str]:
+    """``rules`` with each one the model shortened from one of the user's sentences in
+    ``said`` (the turns it read as the evidence, after the ``requests``) said in the user's
+    own words. A small model's rule keeps the gist and drops what the rule is about (Qwen2.5-
+    1.5B: "Bring the licence with you" for "put in a line telling them to bring their
+    provisional licence with them", "Clear everything within two metres" for "... within two
+    metres of the fireplace before I arrive"). The sentence wins when most of the rule's words
+    come from it (:func:`_closest`), it says more than the rule, and what it adds is not the
+    instance: no name, number or quoted text (:func:`_specific`), mostly words the
+    ``requests`` did not have ("make the toast for my brother's wedding funnier" after "write
+    a toast for my brother's wedding" adds only theirs; Chinese bigrams share a framing word
+    such as 确认 with the request), no question, not a story.
+    Sentences, not clauses: a Chinese rule often spans two ("让客户提前跟两边物业打好招呼，把电梯约好").
+    """
+    sents = [(s, toks) for s, toks in ((m[0].strip(" ,;；，"), content_tokens(m[0]))
+                                       for t in said for m in SENTENCE.finditer(t))
+             if toks and not is_question(s) and not _QUOTE.search(s)]
+    asked = content_tokens("\n".join(requests))
+    out = []
+    for rule in rules:
+        own = said_words(rule)
+        best = sorted(_closest(sents, [rule]))
+        if not own or len(best) != 1:
+            out.append(rule)
+            continue
+        sent, toks = sents[best[0]]
+        added = said_words(sent) - content_tokens(rule)
+        if (_drawn_from(rule, own, sent, toks) and added and coverage(added, asked) < 0.5
+                and not _specific(sent) and len(toks) <= USER_WORDS_MAX):
+            out.append(sent[:1].upper() + sent[1:])
+        else:
+            out.append(rule)
     return dedupe(out)
 
 

@@ -25,6 +25,7 @@ from engine.learning import triage
 from engine.learning.candidate import Candidate
 from engine.learning.checks import (
     good_name,
+    in_user_words,
     known_already,
     repair_merge,
     union,
@@ -186,8 +187,10 @@ class Pipeline:
                                         context=requests, evidence=evidence, reword=reword)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
-                else:
-                    vetted.append(c)
+                    continue
+                if evidence is not None:  # a rule said after the request, in its own turn
+                    c.constraints = in_user_words(c.constraints, texts[w.focus:], requests)
+                vetted.append(c)
             if len(vetted) == 1 and self.policy["extract"] == "llm+rule" and not any(
                     c.startswith("model:") for c in w.cues):
                 # the user said the rule with a cue word: none of their own rule sentences is

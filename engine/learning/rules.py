@@ -49,7 +49,7 @@ _LEAD = re.compile(
     r"in (the )?future|by default|as a rule)\b[\s,:;.!-]*|"
     r"^(不对|错了|记住|请记得|另外|还有|以后|今后|从现在起|从现在开始|换个话题)[\s，,：:。!！]*", re.I)
 _TAIL = re.compile(r"[\s,]*(from now on|going forward|in (the )?future|please)[\s.!]*$", re.I)
-_SENTENCE = re.compile(r"(?:[^.!?。！？;；\n]|[.;](?=\S))+[.!?。！？;；]?")
+SENTENCE = re.compile(r"(?:[^.!?。！？;；\n]|[.;](?=\S))+[.!?。！？;；]?")
 _CLAUSE = re.compile(r"[,，:：]\s*")
 _TOOLS = re.compile(r"\b(json|sql|git|python|regex|csv|yaml|bash|shell|api|excel|css|html|"
                     r"javascript|typescript|pytest|markdown|latex|docker)\b", re.I)
@@ -158,7 +158,7 @@ def rule_extract(w: Window) -> list[Candidate]:
     """Zero or one candidate from a window: its stated rules, in the user's words."""
     rules: list[str] = []
     for t in w.turns:
-        for m in _SENTENCE.finditer(t.text):
+        for m in SENTENCE.finditer(t.text):
             sent = m[0].strip()
             if sent and is_rule_sentence(sent):
                 cleaned = _imperative(_clean(scrub(sent)))
@@ -230,7 +230,7 @@ def said_for_this_request(rule: str, turns: list[str],
     once_words: set[str] = set()
     stated: set[str] = set()
     for turn in turns:
-        for m in _SENTENCE.finditer(turn):
+        for m in SENTENCE.finditer(turn):
             sent = m[0].strip()
             lasting = bool(_FUTURE.search(sent) or _STRONG.search(sent)
                            or _LASTING.search(normalize(sent)))
@@ -272,7 +272,7 @@ def statements(turns: list[str]) -> list[str]:
     out (a question is a request, never a rule)."""
     out = []
     for turn in turns:
-        for m in _SENTENCE.finditer(turn):
+        for m in SENTENCE.finditer(turn):
             sent = _QUOTED.sub(" ", m[0]).strip(" ,;；")
             if sent and not _QUESTION.search(sent):
                 out.append(sent)

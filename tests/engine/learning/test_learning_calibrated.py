@@ -736,3 +736,43 @@ def test_an_openings_check_and_its_rescue_ask_the_model_once(tmp_path):
            "voice.")], "turn")
     assert add.kind == "add" and "sports commentator" in add.skill.instructions
     assert llm.calls.count("quote") == 1
+
+
+def test_a_rule_the_model_shortened_is_said_in_the_users_words():
+    from engine.learning.checks import in_user_words
+
+    requests = ["write the meetup message for Sunday's hike at Box Hill, 9am start"]
+    said = ["add a line reminding them to bring a reusable water bottle for the hike. Last time "
+            "Tom forgot his and we had to turn back at 3pm."]
+    assert in_user_words(["Bring a water bottle"], said, requests) == [
+        "Add a line reminding them to bring a reusable water bottle for the hike."]
+    # what the sentence adds is the request's own words: the instance, the model's rule stays
+    assert in_user_words(["Make it funnier"], ["make the toast for my brother's wedding funnier"],
+                         ["write a toast for my brother's wedding"]) == ["Make it funnier"]
+    # a name in the sentence, a question, or nothing added: the model's rule stays
+    assert in_user_words(["Keep reports under two pages"],
+                         ["keep Sarah's reports under two pages from now on"], []) == \
+        ["Keep reports under two pages"]
+    assert in_user_words(["Bring a water bottle"], ["could they bring a water bottle?"], []) == \
+        ["Bring a water bottle"]
+    assert in_user_words(["Always put the total at the top"],
+                         ["always put the total at the top"], []) == \
+        ["Always put the total at the top"]
+    # Chinese: the model reorders characters; the whole sentence (both clauses) is theirs
+    assert in_user_words(["自带水杯"], ["通知里加一句：请大家自带水杯，山上没有卖水的。"],
+                         ["帮我写个周日爬山的集合通知"]) == ["通知里加一句：请大家自带水杯，山上没有卖水的。"]
+
+
+def test_a_rule_said_after_the_request_keeps_the_users_words_in_the_skill(tmp_path):
+    sc = {"expect": [{"outcome": "add", "evidence": "bring a reusable water bottle"}]}
+    llm = FixedExtract(["Bring a water bottle"], name="Hike meetup messages",
+                       triggers=["write the meetup message"], sc=sc)
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        [U("write the meetup message for Sunday's hike at Box Hill, 9am start"),
+         A("Hi all! Sunday's hike at Box Hill starts at 9am. See you there!"),
+         U("add a line reminding them to bring a reusable water bottle for the hike. Last "
+           "time Tom forgot his and we had to turn back at 3pm.")], "turn")
+    [add] = [a for a in actions if a.kind == "add"]
+    rules = add.skill.instructions
+    assert "bring a reusable water bottle for the hike" in rules, rules
+    assert "Tom" not in rules and "Box Hill" not in rules
