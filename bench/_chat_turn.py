@@ -20,6 +20,12 @@ in their KV snapshot, as in the app after its first filter call (an untimed filt
 another request comes before each timed turn, so only the fixed part is reused; the first, cold
 filter call is reported apart, and again after ``desk.warm_up()``, which the app runs once the
 model is loaded); runs alternate which side goes first; medians.
+
+``prepared``: the app's turn when the user paused before sending: ``desk.prepare`` ran on the
+same message from the same cold state (its rewrite check, retrieval, self-filter and the
+prefill of the chat prompt finished), then the message is sent; the turn must have used that
+decision (``TurnResult.prepared``). ``+other``: the same with another prompt evaluated in
+between (in the app, a learning call), so the prepared prompt is put back from its snapshot.
 """
 
 from __future__ import annotations
@@ -102,6 +108,19 @@ def run(spec: Any, a: Any) -> str:
         ttft, _ = _first_chunk(stream)
         return ttft, stream.result
 
+    def prepared_ttft(text: str, between: bool) -> float:
+        """The app's turn when the user paused before sending: desk.prepare() ran on the
+        draft (its decision and prefill finished), then, with ``between``, another prompt
+        took the model (in the app: a learning call), then the same message is sent."""
+        msgs = [{"role": "user", "content": text}]
+        desk.prepare(msgs, self_filter=True).join()
+        if between:
+            primer.structured("filter", request="Plan a weekend in Lisbon for two.",
+                              skills="1. Travel planner: Plans city trips day by day.")
+        t, info = sd_ttft(text, True)
+        assert info.prepared, "the prepared decision was not used"
+        return t
+
     rows = []
     try:
         reset()
@@ -122,7 +141,7 @@ def run(spec: Any, a: Any) -> str:
         warm_filter = time.perf_counter() - t0
         for label, text in REQUESTS.items():
             got: dict[str, list[float]] = {"plain": [], "same": [], "nofilter": [],
-                                           "filter": []}
+                                           "filter": [], "prepared": [], "prep_other": []}
             info: Any = None
             for i in range(max(1, a.runs)):
                 order = ("raw", "sd") if i % 2 == 0 else ("sd", "raw")
@@ -141,6 +160,12 @@ def run(spec: Any, a: Any) -> str:
                         got["filter"].append(t)
                         reset()
                         got["same"].append(raw_ttft(same))
+                        prime()
+                        reset()
+                        got["prepared"].append(prepared_ttft(text, False))
+                        prime()
+                        reset()
+                        got["prep_other"].append(prepared_ttft(text, True))
             med = {k: statistics.median(v) for k, v in got.items()}
             rows.append((label, text, med, info))
     finally:
@@ -153,15 +178,22 @@ def run(spec: Any, a: Any) -> str:
              "SkillDesk sent (skill block included); target: SkillDesk with the self-filter "
              "<= 1.25x plain)",
              f"{'request':<10}{'skills (filter on)':<40}{'filter s':>9}{'plain s':>9}"
-             f"{'same s':>9}{'no filt s':>10}{'filter s':>10}{'x plain':>9}{'x no filt':>10}"]
+             f"{'same s':>9}{'no filt s':>10}{'filter s':>10}{'x plain':>9}{'x no filt':>10}"
+             f"{'prepared s':>11}{'+other s':>9}{'x no filt':>10}"]
     for label, _text, med, info in rows:
         names = ",".join(s.name for s in info.injected) or "-"
         fs = info.timings.get("filter_s")
         lines.append(f"{label:<10}{names[:39]:<40}{(f'{fs:.2f}' if fs else '-'):>9}"
                      f"{med['plain']:>9.2f}{med['same']:>9.2f}{med['nofilter']:>10.2f}"
                      f"{med['filter']:>10.2f}{med['filter'] / med['plain']:>8.2f}x"
-                     f"{med['filter'] / med['nofilter']:>9.2f}x")
+                     f"{med['filter'] / med['nofilter']:>9.2f}x{med['prepared']:>11.3f}"
+                     f"{med['prep_other']:>9.3f}"
+                     f"{med['prep_other'] / med['nofilter']:>9.2f}x")
     lines += [f"  {label}: {text!r}" for label, text in REQUESTS.items()]
+    lines.append("  prepared: the app's turn when the user paused before sending (desk.prepare "
+                 "on the draft, from a cold chat prompt, finished before the send); +other: "
+                 "another prompt took the model in between (a learning call), so the prepared "
+                 "prompt comes back from its KV snapshot and its last token is decoded again")
     lines.append(f"  the very first turn with the self-filter (its prompt not yet in a KV "
                  f"snapshot), whole turn incl. {a.max_tokens} tokens: {cold_filter:.2f} s; "
                  f"after desk.warm_up(): {warm_filter:.2f} s")

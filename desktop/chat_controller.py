@@ -20,6 +20,7 @@ from .views.chat import ChatView
 from .views.message import MessageWidget
 
 LOAD_BATCH = 3  # bubbles rendered per event-loop turn when a chat is opened
+DRAFT_PAUSE_MS = 600  # a pause in typing this long prepares the draft's turn
 
 
 class ChatController(QObject):
@@ -56,6 +57,11 @@ class ChatController(QObject):
         view.regenerate_requested.connect(self.regenerate)
         view.edit_last_requested.connect(self.edit_last)
         view.learning_toggled.connect(self._learning_toggled)
+        self._draft_timer = QTimer(self)
+        self._draft_timer.setSingleShot(True)
+        self._draft_timer.setInterval(DRAFT_PAUSE_MS)
+        self._draft_timer.timeout.connect(self.prepare_draft)
+        view.input.textChanged.connect(self._draft_timer.start)
 
     # ------------------------------------------------------------------ conversations
     @property
@@ -150,6 +156,22 @@ class ChatController(QObject):
         self.view.title.setText(self.store.get(cid).title)
         self.conversation_changed.emit(cid)
         self._start_turn()
+
+    def draft_messages(self) -> list[dict[str, str]] | None:
+        """The messages a send of the composer's text would answer (None: nothing to send)."""
+        text = self.view.input.toPlainText().strip()
+        if self.busy or not text or self.loading:
+            return None
+        msgs = self.store.messages(self.cid) if self.cid else []
+        if self._edit_id is not None:  # an edit replaces the last user message and after
+            msgs = [m for m in msgs if m.id < self._edit_id]
+        return [*(m.openai() for m in msgs), {"role": "user", "content": text}]
+
+    def prepare_draft(self) -> None:
+        """The user paused typing: get the turn of their draft ready (skills and prompt)."""
+        msgs = self.draft_messages()
+        if msgs is not None:
+            self.thread.worker.prepare(msgs)
 
     def _finish_loading(self) -> None:
         while self._pending:  # the user acts before a long chat is fully shown

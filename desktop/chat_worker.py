@@ -131,6 +131,17 @@ class ChatWorker(QObject):
                 error_text(exc)
 
     # -------------------------------------------------------------- any thread
+    def prepare(self, messages: list[dict[str, str]]) -> None:
+        """Decide the skills of the message being typed (``SkillDesk.prepare``: on its own
+        thread, at a priority that never delays an answer or restarts learning)."""
+        desk = self.desk
+        if desk is None or not desk.config.retrieval.prepare:
+            return
+        try:
+            desk.prepare(messages)
+        except Exception as exc:  # noqa: BLE001 - a missed guess only costs the time it saves
+            log.info("prepare skipped: %s", exc)
+
     def cancel(self, rid: int) -> None:
         """Stop request ``rid`` (running: within one token; queued: it never starts)."""
         with self._lock:

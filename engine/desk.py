@@ -23,6 +23,7 @@ is in the :class:`~engine.desk_skills.SkillManagement` mixin; its bookkeeping is
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import threading
@@ -34,11 +35,11 @@ from engine.bank.starter import seed_starter
 from engine.bank.store import LoadError, SkillBank
 from engine.chat.plan import plan_search
 from engine.chat.render import DEFAULT_SKILL_CHARS, render_skills, user_written
-from engine.chat.turn import Turn, TurnResult, TurnStream
+from engine.chat.turn import Decision, Turn, TurnResult, TurnStream
 from engine.consolidate import MergeFn, Plan, Record, apply_plan
 from engine.consolidate import undo as undo_record
 from engine.desk_skills import SkillManagement
-from engine.errors import SkillDeskError, SkillFormatError, UnsafePathError
+from engine.errors import Cancelled, SkillDeskError, SkillFormatError, UnsafePathError
 from engine.fsutil import check_component
 from engine.learning.events import LearningEvent, LearningReport
 from engine.learning.pipeline import Neighbour, Pipeline
@@ -47,7 +48,7 @@ from engine.llm import tiers
 from engine.llm.base import CancelToken, GenParams
 from engine.llm.client import LLMClient
 from engine.llm.factory import make_worker
-from engine.llm.worker import BACKGROUND, Job, ModelWorker
+from engine.llm.worker import BACKGROUND, FOREGROUND, PREPARE, Job, ModelWorker
 from engine.retrieval import DEFAULT_PARAMS, SkillHit, SkillIndex, SyncReport
 from engine.retrieval.embedders import Embedder, make_embedder
 from engine.retrieval.index import SCOPE_VALUES, skill_dir_of, skill_key
@@ -76,6 +77,7 @@ class SkillDesk(SkillManagement):
         self._worker: ModelWorker | None = None
         self._own_worker = False
         self._learning: LearningQueue | None = None
+        self._prepared: _Prepared | None = None  # the latest prepare()
         self._init_state()  # disabled / always-on / usage / feedback (engine/desk_skills.py)
 
     # ------------------------------------------------------------------ open / close
@@ -462,7 +464,78 @@ class SkillDesk(SkillManagement):
         allow. A TurnResult, or a TurnStream of text chunks when ``stream``. ``cancel`` stops
         every model call of the turn (the rewrite, the plan, the self-filter, the answer).
         ``self_filter``: None follows the settings (``retrieval.self_filter``); the tier
-        decides whether the model can run it at all (engine/llm/tiers.py)."""
+        decides whether the model can run it at all (engine/llm/tiers.py). When
+        :meth:`prepare` decided the skills of exactly these messages and the bank has not
+        changed since, the turn starts from that decision."""
+        key = self._turn_key(messages, plan, top_k, self_filter)
+        with self._own_lock:
+            ahead, self._prepared = self._prepared, None
+        decided = None
+        if ahead is not None:
+            ahead.cancel()  # its prefill stops within a chunk; what it evaluated stays
+            if ahead.key == key and ahead.decided is not None:
+                decided = ahead.decided
+        turn = self._turn(messages, plan=plan, top_k=top_k, self_filter=self_filter,
+                          params=params, cancel=cancel, learn=learn, decided=decided)
+        return TurnStream(turn) if stream else turn.run()
+
+    def prepare(self, messages: list[dict], *, plan: bool | None = None,
+                top_k: int | None = None, self_filter: bool | None = None) -> threading.Thread:
+        """Decide the skills of a turn the user is still typing (``messages`` end with the
+        draft) and evaluate its prompt into the model's KV cache, on a thread of its own at
+        ``PREPARE`` priority (before queued learning, never pre-empting it; the chat pre-empts
+        it). When the user sends exactly these messages and the bank has not changed,
+        :meth:`chat` starts from this decision: the rewrite check, retrieval and the
+        self-filter call are done, and the prompt is evaluated but for what the prefill had
+        no time for, so a turn that injects skills starts answering about as soon as one
+        that does not. A newer call, or any chat, stops the one before. The app calls it when
+        the user pauses typing; the thread is returned for tests and benchmarks."""
+        key = self._turn_key(messages, plan, top_k, self_filter)
+        ahead = _Prepared(key)
+        with self._own_lock:
+            old, self._prepared = self._prepared, ahead
+        if old is not None:
+            old.cancel()
+
+        def work() -> None:
+            try:
+                turn = self._turn(messages, plan=plan, top_k=top_k, self_filter=self_filter,
+                                  cancel=ahead.token, learn=False, priority=PREPARE)
+                decided = turn.decide()
+                if ahead.token.cancelled:
+                    return  # a step was stopped: its answer is not this turn's decision
+                ahead.decided = decided
+                backend = self.worker.backend
+                if not callable(getattr(backend, "prefill", None)):
+                    return
+                _rendered, msgs = turn.answer_messages(decided)
+                job = ahead.submit(lambda: self.worker.submit(
+                    lambda b, c: b.prefill(msgs, c, kind="chat"), PREPARE, kind="prepare"))
+                if job is not None:
+                    job.result()
+            except Cancelled:
+                pass
+            except Exception as exc:  # noqa: BLE001 - a failed guess only costs its time
+                log.info("prepare failed: %s", exc)
+
+        t = threading.Thread(target=work, name="skilldesk-prepare", daemon=True)
+        t.start()
+        return t
+
+    def _turn_key(self, messages: list[dict], plan: bool | None, top_k: int | None,
+                  self_filter: bool | None) -> str:
+        """What a decision depends on: the messages, the options, the indexed skills, and which
+        are disabled or always on (a skill learned, edited, disabled or pinned meanwhile makes
+        a prepared decision stale)."""
+        msgs = [{"role": m.get("role"), "content": m.get("content")} for m in messages]
+        flags = [sorted(self.state.ids_where(f)) for f in ("disabled", "always_on")]
+        return json.dumps([msgs, plan, top_k, self_filter, self.index.generation, flags],
+                          sort_keys=True, default=str)
+
+    def _turn(self, messages: list[dict], *, plan: bool | None, top_k: int | None,
+              self_filter: bool | None, params: GenParams | None = None,
+              cancel: CancelToken | None = None, learn: bool = True,
+              priority: int = FOREGROUND, decided: Decision | None = None) -> Turn:
         worker = self.worker
         worker.wait_ready()
         tier = tiers.tier_of(worker)
@@ -493,9 +566,36 @@ class SkillDesk(SkillManagement):
             return hit.skill.id not in always
 
         use_filter = self.config.retrieval.self_filter if self_filter is None else self_filter
-        turn = Turn(messages, worker=worker, search=retrieve,
+        return Turn(messages, worker=worker, search=retrieve,
                     system_prompt=self.config.model.system_prompt or "", top_k=top_k,
                     params=params, on_done=on_done, tier=tier, cancel=cancel,
                     confidence=confidence, edited=self.user_written_rules,
-                    judged=judged if use_filter else None)
-        return TurnStream(turn) if stream else turn.run()
+                    judged=judged if use_filter else None, priority=priority,
+                    decided=decided)
+
+
+class _Prepared:
+    """One :meth:`SkillDesk.prepare`: its key, its decision once made, its prefill job."""
+
+    def __init__(self, key: str):
+        self.key = key
+        self.decided: Decision | None = None
+        self.token = CancelToken()  # the turn's: stops its rewrite, plan and filter calls
+        self.job: Job | None = None
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Stop it (its prefill within a chunk: what it evaluated stays in the KV cache)."""
+        with self._lock:
+            self.token.cancel()
+            job = self.job
+        if job is not None:
+            job.cancel()
+
+    def submit(self, make: Callable[[], Job]) -> Job | None:
+        """Start the prefill job unless it was stopped meanwhile."""
+        with self._lock:
+            if self.token.cancelled:
+                return None
+            self.job = make()
+            return self.job

@@ -54,6 +54,9 @@ class RetrievalSettings:
     # after retrieval keeps only the skills that fit the request (engine/chat/skill_filter.py).
     # It runs only when a skill passed η; False turns it off.
     self_filter: bool = True
+    # Decide the skills of the message being typed when the user pauses, and evaluate its
+    # prompt (SkillDesk.prepare): the answer then starts as soon as it is sent.
+    prepare: bool = True
     scope: str = "all"  # "user" | "common" | "all"
 
 

@@ -143,6 +143,13 @@ class SettingsDialog(QDialog):
                                     "nothing runs when no skill matches).")
         self.self_filter.setChecked(s.retrieval.self_filter)
         form.addRow("", self.self_filter)
+        self.prepare = QCheckBox("Get skills ready while I type")
+        self.prepare.setToolTip("When you pause typing, the model picks the skills for your "
+                                "message and reads them in, so the answer starts as soon as "
+                                "you send it (uses the model while you type; never delays "
+                                "an answer).")
+        self.prepare.setChecked(s.retrieval.prepare)
+        form.addRow("", self.prepare)
         self.learning = QCheckBox("Learn skills from my chats")
         self.learning.setChecked(s.learning)
         form.addRow("", self.learning)
@@ -199,6 +206,7 @@ class SettingsDialog(QDialog):
         s.retrieval.top_k = self.top_k.value()
         s.retrieval.min_relevance = round(self.threshold.value(), 3)
         s.retrieval.self_filter = self.self_filter.isChecked()
+        s.retrieval.prepare = self.prepare.isChecked()
         s.learning = self.learning.isChecked()
         s.editor_command = self.editor.text().strip()
         s.theme = self.theme.currentData()

@@ -26,6 +26,10 @@
    priority, so it pre-empts background learning.
 4. Afterwards, the conversation is queued for background learning (``learn=True``).
 
+Steps 1-2 are :meth:`Turn.decide`; ``SkillDesk.prepare`` runs them while the user is still
+typing (and evaluates step 3's prompt), and the turn sent with the same messages starts from
+that :class:`Decision`.
+
 :class:`TurnResult` says which skills were injected and with which scores, for the UI.
 """
 
@@ -68,6 +72,7 @@ class TurnResult:
     timings: dict[str, float] = field(default_factory=dict)  # rewrite_s, retrieve_s,
     # filter_s (only when the self-filter ran), total_s
     filtered_out: list[str] = field(default_factory=list)  # skills the self-filter dropped
+    prepared: bool = False  # the skills were decided while the user typed (SkillDesk.prepare)
     learning_job: str | None = None
 
     def info(self) -> dict[str, Any]:
@@ -85,7 +90,7 @@ class TurnResult:
             "usage": {"prompt_tokens": self.usage.prompt_tokens,
                       "completion_tokens": self.usage.completion_tokens},
             "timings": {k: round(float(v), 6) for k, v in self.timings.items()},
-            "filtered_out": list(self.filtered_out),
+            "filtered_out": list(self.filtered_out), "prepared": self.prepared,
         }
 
 
@@ -140,6 +145,18 @@ def llm_rewrite(client: LLMClient, messages: list[dict]) -> str:
 
 
 # ------------------------------------------------------------------------------ the turn
+@dataclass
+class Decision:
+    """What a turn decides before the answer: the query, the skills, what the filter dropped,
+    and how long each step took. ``SkillDesk.prepare`` makes it while the user is still typing,
+    and the turn then sent with the same messages starts from it."""
+    query: str
+    rewritten: bool
+    hits: list[Any]
+    dropped: list[str]
+    timings: dict[str, float]
+
+
 class Turn:
     """One foreground turn; iterate :meth:`stream` or call :meth:`run`."""
 
@@ -151,7 +168,8 @@ class Turn:
                  tier: str | None = None, cancel: CancelToken | None = None,
                  confidence: Callable[[str], float] | None = None,
                  edited: Callable[[Skill], set[str]] | None = None,
-                 judged: Callable[[Any], bool] | None = None):
+                 judged: Callable[[Any], bool] | None = None,
+                 priority: int = FOREGROUND, decided: Decision | None = None):
         if not any(m.get("role") == "user" for m in messages):
             raise ValueError("a chat turn needs at least one user message")
         self.messages = [dict(m) for m in messages]
@@ -167,7 +185,8 @@ class Turn:
         # (False for always-on skills). Only tiers whose policy has self_filter run it.
         self.judged = judged if self.policy.self_filter else None
         self.cancel_token = cancel or CancelToken()
-        self.client = LLMClient(worker, priority=FOREGROUND, tier=self.tier)
+        self.client = LLMClient(worker, priority=priority, tier=self.tier)
+        self.decided = decided  # made ahead by SkillDesk.prepare for these messages
         self.turn_id = f"t{next(_turn_ids)}-{int(time.time() * 1000) % 10**8}"
         self.result: TurnResult | None = None
         self.cancel_token.add_callback(self.client.cancel_all)
@@ -217,8 +236,8 @@ class Turn:
                                                      request=history[-1]["content"])
         return [*head, *history[:-1], *ask]
 
-    def stream(self) -> Iterator[str]:
-        t_start = time.perf_counter()
+    def decide(self) -> Decision:
+        """Rewrite check, retrieval and the self-filter: everything before the answer."""
         timings: dict[str, float] = {}
         query, rewritten = self._query(timings)
         t0 = time.perf_counter()
@@ -240,9 +259,19 @@ class Turn:
                 timings["filter_s"] = checked.seconds
                 dropped = [h.skill.name for h in checked.dropped]
                 hits = checked.hits
-        hits = hits[: self.policy.max_skills]
-        rendered = render(hits, tiers.skill_budget(self.worker), edited=self.edited)
-        msgs = self.chat_messages(rendered.text)
+        return Decision(query, rewritten, hits[: self.policy.max_skills], dropped, timings)
+
+    def answer_messages(self, d: Decision) -> tuple[Any, list[dict]]:
+        """The rendered skills of decision ``d`` and the messages the model answers."""
+        rendered = render(d.hits, tiers.skill_budget(self.worker), edited=self.edited)
+        return rendered, self.chat_messages(rendered.text)
+
+    def stream(self) -> Iterator[str]:
+        t_start = time.perf_counter()
+        d = self.decided or self.decide()
+        timings = dict(d.timings)
+        query, rewritten, dropped = d.query, d.rewritten, d.dropped
+        rendered, msgs = self.answer_messages(d)
         text, res = [], None
         if not self.cancel_token.cancelled:
             self._chat = self.worker.stream_chat(msgs, self.params, priority=FOREGROUND)
@@ -261,7 +290,7 @@ class Turn:
             finish_reason=res.finish_reason if res else "cancelled",
             trimmed_messages=res.trimmed_messages if res else 0,
             model=getattr(backend, "name", ""), turn_id=self.turn_id, timings=timings,
-            filtered_out=dropped)
+            filtered_out=dropped, prepared=self.decided is not None)
         if self.on_done is not None:
             convo = [*self.messages, {"role": "assistant", "content": self.result.text}]
             self.result.learning_job = self.on_done(self.result, convo)

@@ -8,6 +8,10 @@ Scheduling:
 - ``FOREGROUND`` (the user's chat) runs before ``BACKGROUND`` (learning); equal priorities run
   in submission order.
 - A foreground job that arrives while background jobs are queued simply goes first: they wait.
+- ``PREPARE`` (a turn the user is still typing, ``SkillDesk.prepare``) runs between the two:
+  before queued learning, after the chat. It never pre-empts a running job (a user who pauses
+  while typing would otherwise restart a learning step at every pause); a chat job pre-empts
+  it like any other.
 - A foreground job that arrives while a background job is *running* pre-empts it: the running
   job's attempt is cancelled through its cancel token (within one token) and the job is put
   back in the queue, to start over once the foreground work is done. Background work is a pure
@@ -40,7 +44,7 @@ from typing import Any
 from engine.errors import Cancelled, ModelError
 from engine.llm.base import CancelToken, ChatResult, GenParams, LLMBackend, Message
 
-FOREGROUND, BACKGROUND = 0, 10
+FOREGROUND, PREPARE, BACKGROUND = 0, 5, 10
 EXIT_WAIT_S = 120.0  # at exit: the longest wait for a running model call to end
 
 log = logging.getLogger(__name__)
@@ -238,7 +242,7 @@ class ModelWorker:
             heapq.heappush(self._heap, (job.priority, next(self._seq), job))
             self.idle.clear()
             running = self._running
-            if running is not None and job.priority < running.priority:
+            if running is not None and job.priority == FOREGROUND < running.priority:
                 running._preempt()
             self._cond.notify_all()
         return job

@@ -98,6 +98,7 @@ class SkillIndex:
         self._writer = threading.Lock()    # one sync/update at a time
         self._loaded = False
         self.cache_status = ""             # why the vector cache was not used ("" = it was)
+        self.generation = 0                # goes up whenever the indexed skills change
 
     # ------------------------------------------------------------------ contents
     def __len__(self) -> int:
@@ -198,6 +199,9 @@ class SkillIndex:
                 p = old_paths.get(k) if old_skills.get(k) is s else None
                 by_path[p or os.path.realpath(s.path)] = k
         with self._lock:
+            if rep.changed or skills.keys() != old_skills.keys() or any(
+                    old_skills.get(k) is not v for k, v in skills.items()):
+                self.generation += 1
             self.skills, self._texts, self._scopes = skills, texts, scopes
             self._by_path = by_path
         rep.total_s = time.perf_counter() - t0

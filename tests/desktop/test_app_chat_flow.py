@@ -63,3 +63,36 @@ def test_switching_chats_while_answering_keeps_the_answer_where_it_belongs(
     msgs = w.session.store.messages(first)
     assert [m.role for m in msgs] == ["user", "assistant"]
     assert msgs[1].meta["finish_reason"] == "cancelled" and msgs[1].content.strip()
+
+
+def test_a_pause_in_typing_gets_the_drafts_turn_ready_and_the_send_uses_it(
+        qtbot, open_app, bank_dir):
+    """The composer's text, after a pause (DRAFT_PAUSE_MS), is prepared with the chat's history
+    (SkillDesk.prepare); sending it starts from that decision. While editing the last message,
+    the draft replaces it and what came after."""
+    w = open_app(bank_dir, scripted=OracleLLM(reply="Blue."))
+    send(w, qtbot, "Name one colour.")
+    desk = w.session.chat.worker.desk
+    history = [{"role": "user", "content": "Name one colour."},
+               {"role": "assistant", "content": w.chat.bubbles[-1].text}]
+    infos: list[dict] = []
+    w.session.chat.worker.finished.connect(lambda _rid, info: infos.append(info))
+    w.chat.input.setPlainText("Name one fruit.")
+    qtbot.waitUntil(lambda: desk._prepared is not None and desk._prepared.decided is not None,
+                    timeout=TURN_TIMEOUT_MS)
+    assert desk._prepared.key == desk._turn_key(
+        [*history, {"role": "user", "content": "Name one fruit."}], None, None, None)
+    w.chat.send_btn.click()
+    qtbot.waitUntil(lambda: bool(infos), timeout=TURN_TIMEOUT_MS)
+    assert infos[-1]["prepared"] is True
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=TURN_TIMEOUT_MS)
+    # editing the last message: the draft is prepared in its place
+    w.chat.edit_btn.click()
+    w.chat.input.setPlainText("Name one vegetable.")
+    assert w.controller.draft_messages() == [
+        *history, {"role": "user", "content": "Name one vegetable."}]
+    # switched off in the settings: nothing is prepared
+    desk.config.retrieval.prepare = False
+    desk._prepared = None
+    w.controller.prepare_draft()
+    assert desk._prepared is None

@@ -167,6 +167,48 @@ def test_the_setting_and_the_tiny_tier_turn_the_filter_off(make_desk):
     assert Settings.from_dict({"retrieval": {"self_filter": False}}).retrieval.self_filter is False
 
 
+def test_a_turn_prepared_while_typing_is_not_decided_again(make_desk):
+    """desk.prepare (the app calls it when the user pauses typing) decides the skills of the
+    draft; the chat of exactly those messages starts from that decision (no second filter call)
+    unless the bank changed meanwhile; anything else is decided afresh."""
+    from tests.support import seed_skill
+
+    llm = RecordingOracle(reply="Tea came from China.")
+    llm.filter_answer = [1]
+    desk = make_desk(llm, skills=[TLDR])
+    desk.prepare([U(ARTICLE)]).join(30)
+    assert llm.calls.count("filter") == 1
+    r = desk.chat([U(ARTICLE)], learn=False)
+    assert r.prepared and r.info()["prepared"] and "filter_s" in r.timings
+    assert [i.title for i in r.injected] == ["Summary with TL;DR first"]
+    assert llm.calls.count("filter") == 1 and "one-line TL;DR" in llm.sent[-1][-1]["content"]
+    # used once: the same messages again are decided again
+    assert not desk.chat([U(ARTICLE)], learn=False).prepared
+    assert llm.calls.count("filter") == 2
+    # the user sent something else than the draft
+    desk.prepare([U("Summarize this article about coffee")]).join(30)
+    r = desk.chat([U(ARTICLE)], learn=False)
+    assert not r.prepared and llm.calls.count("filter") == 4
+    # a skill was learned (or edited) between the draft and the send: decided again, and the
+    # model says no this time
+    desk.prepare([U(ARTICLE)]).join(30)
+    desk.bank.create(seed_skill({
+        "name": "Meeting minutes", "level": "functional", "triggers": ["write the minutes"],
+        "description": "How the user wants minutes of a team meeting written.",
+        "constraints": ["Decisions first, then action items with owners"], "tags": ["minutes"]}),
+        "default")
+    desk.refresh()
+    llm.filter_answer = []
+    r = desk.chat([U(ARTICLE)], learn=False)
+    assert not r.prepared and r.injected == [] and llm.calls.count("filter") == 6
+    # the skill was disabled meanwhile: decided again, and it is not used
+    llm.filter_answer = [1]
+    desk.prepare([U(ARTICLE)]).join(30)
+    desk.disable("summary-with-tl-dr-first")
+    r = desk.chat([U(ARTICLE)], learn=False)
+    assert not r.prepared and r.injected == []
+
+
 def test_an_always_on_skill_survives_the_filter(make_desk):
     llm = RecordingOracle()
     llm.filter_answer = []
@@ -253,6 +295,40 @@ def test_warm_up_primes_the_filter_prompt_for_the_first_skilled_answer(qwen_desk
     assert backend.snapshot_hits == hits + 1  # the filter call began from the warm-up
     desk.config.retrieval.self_filter = False
     assert desk.warm_up() is None  # off in the settings: nothing to prime
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_prepared_turn_answers_from_the_prompt_evaluated_while_typing(qwen_desk):
+    """On the recommended model, desk.prepare evaluates the skilled prompt of the draft into
+    the KV cache: the turn sent afterwards reuses all of it but the last token, where the same
+    turn unprepared evaluates its skill block and request from scratch."""
+    desk = qwen_desk
+    text = "Write a cover letter for a junior data analyst role."
+    params = GenParams(max_tokens=4, temperature=0.0)
+    backend = desk.worker.wait_ready()
+    desk.prepare([U(text)]).join(600)
+    r = desk.chat([U(text)], learn=False, params=params)
+    assert r.prepared and [i.title for i in r.injected] == ["Cover letters"], r.info()
+    res = backend.last_result
+    assert res.cached_tokens == res.usage.prompt_tokens - 1, (res.cached_tokens,
+                                                               res.usage.prompt_tokens)
+    # the same turn from a cold chat prompt: the skill block and the request are evaluated
+    desk.worker.submit(lambda b, _c: (b.llm.reset(), b.drop_snapshots(("chat",)))).result()
+    r = desk.chat([U(text)], learn=False, params=params)
+    res = backend.last_result
+    assert not r.prepared and res.cached_tokens < res.usage.prompt_tokens - 40
+    cold = r.text
+    # prepared, then another prompt in between (in the app: a learning call): the turn starts
+    # from the prepared prompt's snapshot and answers exactly as the cold turn did
+    desk.worker.submit(lambda b, _c: (b.llm.reset(), b.drop_snapshots(("chat",)))).result()
+    desk.prepare([U(text)]).join(600)
+    desk.worker.submit(lambda b, c: b.prefill([U("Hello there, how are you today?")], c)
+                       ).result(timeout=300)
+    r = desk.chat([U(text)], learn=False, params=params)
+    res = backend.last_result
+    assert r.prepared and r.text == cold, (r.text, cold)
+    assert res.cached_tokens == res.usage.prompt_tokens - 1
 
 
 @pytest.mark.model

@@ -14,7 +14,7 @@ import pytest
 
 from engine.errors import Cancelled, ModelError, StructuredOutputError
 from engine.llm.base import ChatResult, GenParams, Usage
-from engine.llm.worker import BACKGROUND, FOREGROUND, ModelWorker
+from engine.llm.worker import BACKGROUND, FOREGROUND, PREPARE, ModelWorker
 
 
 class ProbeBackend:
@@ -137,6 +137,27 @@ def test_running_background_job_is_preempted_and_requeued(probe):
     assert bg.preempted == 1
     assert backend.started == ["bg", "fg", "bg"]
     assert backend.max_inside == 1
+
+
+def test_a_prepared_turn_goes_before_learning_without_preempting_it(probe):
+    """PREPARE (a turn the user is still typing): before queued background work, never
+    pre-empting a running background job (a pause in typing must not restart learning); a chat
+    pre-empts it."""
+    backend, worker = probe
+    bg = worker.submit_chat(msg("bg"), GenParams(max_tokens=40), BACKGROUND)
+    while not backend.started:
+        time.sleep(0.001)
+    queued = worker.submit_chat(msg("bq"), GenParams(max_tokens=2), BACKGROUND)
+    prep = worker.submit_chat(msg("prep"), GenParams(max_tokens=200), PREPARE)
+    assert bg.result(timeout=10).finish_reason == "length" and bg.preempted == 0
+    while backend.started[-1] != "prep":
+        time.sleep(0.001)
+    fg = worker.submit_chat(msg("fg"), GenParams(max_tokens=2), FOREGROUND)
+    fg.result(timeout=5)
+    prep.result(timeout=10)
+    queued.result(timeout=10)
+    assert prep.preempted == 1
+    assert backend.started == ["bg", "prep", "fg", "prep", "bq"]
 
 
 def test_foreground_does_not_preempt_foreground(probe):
