@@ -136,23 +136,18 @@ class SettingsDialog(QDialog):
                                         value=s.retrieval.min_relevance)
         form.addRow("Skills per answer (top-K)", self.top_k)
         form.addRow("Relevance threshold", self.threshold)
-        self.self_filter = QCheckBox("Let the model check that a skill fits")
-        self.self_filter.setToolTip("Before answering, the model judges each matching skill "
-                                    "and drops those that do not fit the request (about a "
-                                    "second per skill on two cores; capable models only; "
-                                    "nothing runs when no skill matches).")
-        self.self_filter.setChecked(s.retrieval.self_filter)
-        form.addRow("", self.self_filter)
-        self.prepare = QCheckBox("Get skills ready while I type")
-        self.prepare.setToolTip("When you pause typing, the model picks the skills for your "
-                                "message and reads them in, so the answer starts as soon as "
-                                "you send it (uses the model while you type; never delays "
-                                "an answer).")
-        self.prepare.setChecked(s.retrieval.prepare)
-        form.addRow("", self.prepare)
-        self.learning = QCheckBox("Learn skills from my chats")
-        self.learning.setChecked(s.learning)
-        form.addRow("", self.learning)
+        self.self_filter = _check(form, "Let the model check that a skill fits",
+                                  s.retrieval.self_filter,
+                                  "Before answering, the model judges each matching skill and "
+                                  "drops those that do not fit the request (about a second per "
+                                  "skill on two cores; capable models only; nothing runs when "
+                                  "no skill matches).")
+        self.prepare = _check(form, "Get skills ready while I type", s.retrieval.prepare,
+                              "When you pause typing, the model picks the skills for your "
+                              "message and reads them in, so the answer starts as soon as you "
+                              "send it (uses the model while you type; never delays an "
+                              "answer).")
+        self.learning = _check(form, "Learn skills from my chats", s.learning)
         self.editor = QLineEdit(s.editor_command, placeholderText="e.g. code -w {path}  "
                                 "(empty: the desktop's default app)")
         form.addRow("Editor command", self.editor)
@@ -225,3 +220,13 @@ class SettingsDialog(QDialog):
         self.result_settings = self.collect()
         self.result_settings.save()
         super().accept()
+
+
+def _check(form: QFormLayout, label: str, checked: bool, tip: str = "") -> QCheckBox:
+    """A checkbox row of ``form`` (its detail in the tooltip: a long label is cut off)."""
+    box = QCheckBox(label)
+    if tip:
+        box.setToolTip(tip)
+    box.setChecked(checked)
+    form.addRow("", box)
+    return box
