@@ -758,9 +758,18 @@ def test_a_rule_the_model_shortened_is_said_in_the_users_words():
     assert in_user_words(["Always put the total at the top"],
                          ["always put the total at the top"], []) == \
         ["Always put the total at the top"]
-    # Chinese: the model reorders characters; the whole sentence (both clauses) is theirs
+    # a reason or a story after a comma is not the rule
+    assert in_user_words(["Label each box"],
+                         ["and each box needs a label with the room it goes to, last time the "
+                          "movers left everything in the hall"], ["write the moving-day plan"]) == [
+        "And each box needs a label with the room it goes to"]
+    # Chinese: the model reorders characters; the clauses that say the rule are theirs, the
+    # framing before and the reason after are not
     assert in_user_words(["自带水杯"], ["通知里加一句：请大家自带水杯，山上没有卖水的。"],
-                         ["帮我写个周日爬山的集合通知"]) == ["通知里加一句：请大家自带水杯，山上没有卖水的。"]
+                         ["帮我写个周日爬山的集合通知"]) == ["请大家自带水杯"]
+    assert in_user_words(["收好衣服，关紧窗户"],
+                         ["通知里加一句：请大家提前把阳台的衣服收好，把窗户关紧，上次好几家的玻璃被吹坏了。"],
+                         ["帮我写个台风预警通知"]) == ["请大家提前把阳台的衣服收好，把窗户关紧"]
 
 
 def test_a_rule_said_after_the_request_keeps_the_users_words_in_the_skill(tmp_path):
