@@ -115,8 +115,7 @@ def run(spec: Any, a: Any) -> str:
         msgs = [{"role": "user", "content": text}]
         desk.prepare(msgs, self_filter=True).join()
         if between:
-            primer.structured("filter", request="Plan a weekend in Lisbon for two.",
-                              skills="1. Travel planner: Plans city trips day by day.")
+            prime()
         t, info = sd_ttft(text, True)
         assert info.prepared, "the prepared decision was not used"
         return t

@@ -467,13 +467,13 @@ class SkillDesk(SkillManagement):
         decides whether the model can run it at all (engine/llm/tiers.py). When
         :meth:`prepare` decided the skills of exactly these messages and the bank has not
         changed since, the turn starts from that decision."""
-        key = self._turn_key(messages, plan, top_k, self_filter)
         with self._own_lock:
             ahead, self._prepared = self._prepared, None
         decided = None
-        if ahead is not None:
+        if ahead is not None:  # the key only where there is something to compare it with
             ahead.cancel()  # its prefill stops within a chunk; what it evaluated stays
-            if ahead.key == key and ahead.decided is not None:
+            if ahead.decided is not None and ahead.key == self._turn_key(
+                    messages, plan, top_k, self_filter):
                 decided = ahead.decided
         turn = self._turn(messages, plan=plan, top_k=top_k, self_filter=self_filter,
                           params=params, cancel=cancel, learn=learn, decided=decided)
