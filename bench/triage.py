@@ -62,6 +62,10 @@ def _args(argv: list[str]) -> argparse.Namespace:
                    help="with --extract: run extraction where it decides to write, and score "
                         "every extracted rule with the keep check (P(keep), one forward pass) "
                         "beside word-overlap grounding; tabulate KEEP_MIN_P bars")
+    p.add_argument("--lasting", action="store_true",
+                   help="also score the lasting check (P(wanted again next time), one forward "
+                        "pass) on every scored later turn, also those triage stops, and compare "
+                        "the gates that can be built from the two reads")
     p.add_argument("--bank", help=argparse.SUPPRESS)
     p.add_argument("--user", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -74,11 +78,14 @@ def durable_turn(sc: dict[str, Any], text: str) -> bool:
 
 
 def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
-                extract: bool = False, rules: bool = False) -> list[dict[str, Any]]:
+                extract: bool = False, rules: bool = False,
+                lasting: bool = False) -> list[dict[str, Any]]:
     """One row per user turn: fast-tracked by cues, or the model's probability. ``between()``
     runs before each triage call (another prompt in the KV cache, as in the app). With
     ``extract``, every scored turn also gets ``pe``: extraction's P(a skill) — also on the
-    turns triage stops, to see what extraction's score alone would decide (:func:`extract_table`)."""
+    turns triage stops, to see what extraction's score alone would decide (:func:`extract_table`);
+    with ``lasting`` every scored later turn gets ``pl``: the lasting check's P(wanted again),
+    read after the user's two turns before it, as :meth:`Pipeline._lasting` reads it."""
     from engine.learning import triage
     from engine.learning.pipeline import earlier_requests
 
@@ -102,6 +109,9 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                "durable": durable_turn(sc, m["content"]),
                "cued": bool(passed) and not seen, "p": seen[0][0] if seen else None,
                "s": seen[0][1] if seen else 0.0}
+        if lasting and row["p"] is not None and not row["opening"]:
+            users = triage.user_turns(msgs[:k + 1])
+            row["pl"] = pipe.lasting_score(users[-1], [t.text for t in users[:-1]][-2:])
         if extract and passed:
             earlier = earlier_requests(msgs[:k + 1], passed[-1])  # as Pipeline.run reads them
             row["pe"] = pipe.extract_score(pipe.extract_values(passed[-1], earlier))
@@ -112,10 +122,16 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
 
 
 def let_through(row: dict[str, Any]) -> bool:
-    """Triage lets the turn through: a cue fast-tracked it, or its P reaches the bar."""
+    """Triage lets the turn through: a cue fast-tracked it, or its P reaches the bar (on a
+    later turn scored with ``--lasting``, its P at even odds with the lasting check's, as
+    :meth:`Pipeline._lasting` decides)."""
     from engine.learning import triage
 
-    return row["p"] is None or row["p"] >= triage.DURABLE_MIN_P
+    if row["p"] is None:
+        return True
+    if row.get("pl") is not None:
+        return row["p"] >= 1 - row["pl"]
+    return row["p"] >= triage.DURABLE_MIN_P
 
 
 def rule_label(sc: dict[str, Any], rule: str) -> bool | None:
@@ -223,6 +239,42 @@ def separation(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def lasting_table(rows: list[dict[str, Any]]) -> str:
+    """The later turns with both reads: how each separates durable turns (AUC), and what the
+    gates built from them let through: the app's (the two reads at even odds on every later
+    turn), triage's bar before that, and each read alone."""
+    from engine.learning import triage
+
+    sel = [r for r in rows if r.get("pl") is not None]
+    pos = [r for r in sel if r["durable"]]
+    neg = [r for r in sel if not r["durable"]]
+    oneoffs = {r["id"] for r in rows if r["oneoff"]}
+    lines = [f"later turns with both reads: {len(sel)} ({len(pos)} durable, {len(neg)} not)",
+             "score                         | AUC",
+             "------------------------------|-----"]
+    for name, f in (("triage P(durable)", lambda r: r["p"]),
+                    ("lasting P(wanted again)", lambda r: r["pl"]),
+                    ("mean of the two", lambda r: (r["p"] + r["pl"]) / 2)):
+        a = auc([f(r) for r in pos], [f(r) for r in neg])
+        lines.append(f"{name:<30}| {'n/a' if a is None else f'{a:.2f}'}")
+    lines += ["gate                                   | durable let through | others let through "
+              "| one-off scenarios with a yes",
+              "---------------------------------------|---------------------|-------------------"
+              "-|-----------------------------"]
+    for name, ok in (
+            (f"triage >= {triage.DURABLE_MIN_P}, then even odds",
+             lambda r: r["p"] >= triage.DURABLE_MIN_P and r["p"] >= 1 - r["pl"]),
+            ("even odds on every turn (app)", lambda r: r["p"] >= 1 - r["pl"]),
+            (f"triage >= {triage.DURABLE_MIN_P} alone", lambda r: r["p"] >= triage.DURABLE_MIN_P),
+            ("lasting >= 0.5 alone", lambda r: r["pl"] >= 0.5)):
+        tp, fp = sum(map(ok, pos)), sum(map(ok, neg))
+        bad = {r["id"] for r in sel if r["oneoff"] and ok(r)}
+        lines.append(f"{name:<39}| {tp}/{len(pos)} ({tp / max(1, len(pos)):.2f}){'':<6}| "
+                     f"{fp}/{len(neg)} ({fp / max(1, len(neg)):.2f}){'':<5}| "
+                     f"{len(bad)}/{len(oneoffs)}")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
     scored = [r for r in rows if r["p"] is not None]
     pos = [r for r in scored if r["durable"]]
@@ -274,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                     worker.submit_chat(msgs, GenParams(max_tokens=1, temperature=0),
                                        priority=BACKGROUND).result()
             for sc in scenarios:
-                rows += score_turns(pipe, sc, between, a.extract, a.rules)
+                rows += score_turns(pipe, sc, between, a.extract, a.rules, a.lasting)
     finally:
         worker.close()
     where = f" (split {', '.join(a.split)})" if a.split else ""
@@ -285,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         print(extract_table(rows))
     if a.rules:
         print(rules_table(rows))
+    if a.lasting:
+        print(lasting_table(rows))
     secs = [r["s"] for r in rows if r["p"] is not None]
     if secs:
         print(f"seconds per scored turn: {sum(secs) / len(secs):.2f} (prefix snapshot "

@@ -250,20 +250,23 @@ class Pipeline:
 
         A short prompt (``triage.md``) read as a calibrated score, not as the model's one-word
         argmax: the probability mass the model puts on the durable kinds (one forward pass,
-        :meth:`LLMClient.choice`) must reach ``triage.DURABLE_MIN_P``. Qwen2.5-Coder-1.5B's
+        :meth:`LLMClient.choice`) must reach ``triage.DURABLE_MIN_P`` on the opening message;
+        on a later turn it is weighed against the lasting check instead (:meth:`_lasting`).
+        Qwen2.5-Coder-1.5B's
         argmax answered a durable kind to plain requests ("Explain the CAP theorem": 3 junk
         writes in 6 held-out one-offs); the bar is fitted on the tune half
         (``skilldesk bench triage``). An unusable answer is "nothing" (the cost of a miss is one
         lost rule, the cost of a false yes one extraction call whose checks still stand)."""
         p, kind = self.triage_score(turns)
-        if p is not None:
-            self.triaged[turns[-1].index] = p
-        if p is None or p < triage.DURABLE_MIN_P:
+        if p is None:
+            return None
+        self.triaged[turns[-1].index] = p
+        if self.llm.scores_tokens and turns[-1].index != self.opening:
+            return self._lasting(turns[-1], p, kind)
+        if p < triage.DURABLE_MIN_P:
             return None
         if not self.llm.scores_tokens:
             return kind
-        if turns[-1].index != self.opening:
-            return self._lasting(turns[-1], p, kind)
         # the conversation's opening message: a request, and maybe a fact about the user
         # beside it. Asked to point at the sentence that says what should last, the model
         # answers "none" to most openings its yes/no triage let through that hold nothing
@@ -283,21 +286,28 @@ class Pipeline:
         return kind
 
     def _lasting(self, turn: triage.UserTurn, p: float, kind: str | None) -> str | None:
-        """A later turn that triage let through goes on only where triage's P(durable)
-        outweighs the model's P that the user would NOT want it done again next time, on
-        another piece of the same work (``lasting.md``): a tweak of the answer just given
-        ("make it funnier, he's a good mate"), a question about their own case, thanks.
-        Asked that way the model separated the later turns triage let through that held a
-        lasting rule from the rest better than triage's own P (AUC, read fresh10-16: 0.77 vs
-        0.64; fresh17-18: 0.87 vs 0.58; fresh19-20, run untouched: 0.73 vs 0.62). The two
-        reads are averaged at even odds, as the opening check does: no constant fitted. On
-        fresh19-20 most later one-off turns were ones Qwen-1.5B would want "again" as well
-        (a chattier post, a follow-up question with the bike's details): 1 of 8 stopped."""
+        """A later turn goes on where triage's P(durable) outweighs the model's P that the
+        user would NOT want it done again next time, on another piece of the same work
+        (``lasting.md``): a tweak of the answer just given ("make it funnier, he's a good
+        mate"), a question about their own case, thanks. The two reads at even odds, no
+        constant fitted (:func:`goes_on`), on every later turn, not only those triage's own bar
+        lets through: on later turns triage's P barely separates (read fresh37-42, 133 later
+        turns, `bench triage --lasting`: AUC 0.55, the lasting check 0.61), and its bar stopped
+        rules that the lasting check was sure of ("还有退房提醒，得写明钥匙卡放哪…": triage
+        0.32, wanted again 0.73 — the second task of a conversation, in 4 of 6 Chinese
+        two-task scenarios). There, even odds on every later turn let 77 of 80 durable turns
+        through where triage's bar and then even odds let 71, and the same 40 of 53 others.
+        Earlier rounds, asked only after triage's bar: AUC read fresh10-16 0.77 vs 0.64;
+        fresh17-18 0.87 vs 0.58; fresh19-20 0.73 vs 0.62. Without a lasting read (no earlier
+        turn, an unusable answer) triage's bar decides."""
         before = [t.text for t in self.users if t.index < turn.index][-2:]
         q = self.lasting_score(turn, before) if before else None
-        if q is not None and not goes_on(p, 1 - q):
-            log.info("evolution: triage P %.2f, but not wanted again next time (P %.2f): %s",
-                     p, 1 - q, clip(turn.text, 80))
+        if q is None:
+            return kind if p >= triage.DURABLE_MIN_P else None
+        if not goes_on(p, 1 - q):
+            if p >= triage.DURABLE_MIN_P:
+                log.info("evolution: triage P %.2f, but not wanted again next time (P %.2f): %s",
+                         p, 1 - q, clip(turn.text, 80))
             return None
         return kind
 

@@ -496,12 +496,14 @@ TWEAK = [U("Write a leaving card message for Dave from the warehouse."), A("Dear
 @pytest.mark.parametrize("p_triage, p_again, learned", [
     (0.6, 0.2, False),   # P(not wanted next time) 0.8 outweighs triage's 0.6
     (0.6, 0.5, True),    # it does not: 0.5 < 0.6
-    (0.9, 0.2, True)])   # triage's 0.9 outweighs 0.8
-def test_a_later_turn_triage_let_through_goes_on_only_when_triage_outweighs_not_again(
+    (0.9, 0.2, True),    # triage's 0.9 outweighs 0.8
+    (0.3, 0.8, True),    # below triage's own bar, but P(not wanted next time) is only 0.2
+    (0.3, 0.6, False)])  # 0.4 outweighs 0.3
+def test_a_later_turn_goes_on_only_when_triage_outweighs_not_again(
         tmp_path, p_triage, p_again, learned):
-    """A tweak of the answer just given ("make it cheeky") that triage let through: the
-    model is asked whether the user would want it done again on the next piece of the same
-    work, reading the request before it; the two reads are averaged at even odds."""
+    """A later turn ("make it cheeky"): the model is asked whether the user would want it
+    done again on the next piece of the same work, reading the request before it; the two
+    reads are averaged at even odds, also where triage's P is below its bar for openings."""
     llm = QuoteScored(["Make the message cheeky"], "", 0.0, p_triage, p_again, name="Cheeky")
     asked = []
     real = llm.choice_logprobs
