@@ -141,6 +141,15 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
         if not shares_task(c, n.skill):
             return "add", None, (f"{reason} — overruled: {n.skill.title} shares no word "
                                  "with this skill's task")
+        if learned_here(n.skill, key) and not task_words(theirs) & content_tokens(
+                "\n".join(c.constraints)):
+            # a skill this conversation wrote from an earlier turn, and a rule that does not
+            # name its task: the user moved on to another piece of work ("还有接回提醒，得写清楚
+            # 最晚几点来接" after the boarding confirmations). The request the judge read is
+            # the first task's, so "same task" is what it answers
+            return "add", None, (f"{reason} — overruled: this conversation wrote "
+                                 f"{n.skill.title} for another task, and the rule does not "
+                                 "name it")
         return "merge", n, reason
     if action == "discard":
         # "skill N already says it" (no skill named: the nearest shown) stands only where

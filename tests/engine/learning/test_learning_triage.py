@@ -833,6 +833,28 @@ def test_a_second_tasks_rule_is_not_merged_into_the_skill_this_chat_wrote_for_th
     assert done.skill.id != first.skill.id
 
 
+@pytest.mark.parametrize("rule, kind", [
+    # another piece of work: it shares words with the slip skill, none of the slip task's
+    ("End the trip letters to parents with the date of the next trip", "add"),
+    # the same piece of work, named: the judge's merge stands
+    ("Permission slips give the coach's departure time at the bottom", "merge")])
+def test_a_later_rule_merges_into_this_chats_own_skill_only_where_it_names_its_task(rule, kind):
+    from engine.learning.judge import Neighbour, judge_llm
+
+    slips = Candidate(name="Tear-off reply slips", description="Tear-off reply slips.",
+                      constraints=["Put a tear-off reply slip at the bottom of letters to "
+                                   "parents"], triggers=["write a permission slip"])
+    mine = slips.to_skill(source="extracted", source_turns=["t1@chat"])  # this chat wrote it
+    new = Candidate(name="Trip letters to parents", description="Trip letters to parents.",
+                    constraints=[rule], triggers=["write a letter to parents"])
+    model = MergesIntoFirst([rule])
+    for key, expected in (("chat", kind), ("another chat", "merge")):
+        decision, target, reason = judge_llm(LLMClient(model), new, [Neighbour(mine, 0.8)],
+                                             SLIP_REQUEST, key, 0.45)
+        # a skill an earlier conversation wrote is a skill the user had: the merge stands
+        assert decision == expected, (key, reason)
+
+
 def test_a_rule_for_a_skill_the_bank_had_merges_though_the_request_repeats_its_rules(tmp_path):
     """A request that lists what the skill already says is still a request for that skill's
     task (fresh25: a booking request naming what "Booking confirmations" says lost its merge
