@@ -21,6 +21,7 @@ from .main import add_bank_args
 HELP = """commands:
   /new        start a new conversation      /skills   skills injected in the last answer
   /learning   background learning status    /pause    pause learning   /resume  resume it
+  /remember   learn from your last message (you say it should last)
   /quit       leave (or Ctrl-D)             Ctrl-C    stop the answer being written"""
 
 
@@ -115,12 +116,17 @@ def _repl(desk, args, learn: bool) -> int:
         print(f"skilldesk: warning: {store.notice}", file=sys.stderr)
     conv = store.new()
     notes: queue.Queue[str] = queue.Queue()
+    remembering: set[str] = set()  # /remember jobs: the user hears how each one ended
 
     def on_event(ev) -> None:
         if ev.kind in ("add", "merge"):
             verb = "learned" if ev.kind == "add" else "updated"
             notes.put(f"\033[32m✓ {verb} skill: {ev.title or ev.skill_name} "
                       f"(v{ev.version})\033[0m {ev.path or ''}")
+        elif ev.job_id in remembering and ev.kind in ("discard", "error"):
+            notes.put(f"(not remembered: {ev.reason})")
+        elif ev.job_id in remembering and ev.kind == "done":
+            remembering.discard(ev.job_id)
 
     unsubscribe = desk.learning.subscribe(on_event)
     print("loading the model…", end="\r", flush=True)
@@ -161,6 +167,12 @@ def _repl(desk, args, learn: bool) -> int:
                 elif cmd == "/resume":
                     desk.learning.resume()
                     print("(learning resumed)")
+                elif cmd == "/remember":
+                    if not messages:
+                        print("(nothing to remember yet: say something first)")
+                        continue
+                    remembering.add(desk.remember(messages).job_id)
+                    print("(remembering your last message: it is learned in the background)")
                 else:
                     print(HELP)
                 continue

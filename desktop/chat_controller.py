@@ -167,6 +167,18 @@ class ChatController(QObject):
             msgs = [m for m in msgs if m.id < self._edit_id]
         return [*(m.openai() for m in msgs), {"role": "user", "content": text}]
 
+    def messages_to_remember(self, bubble: MessageWidget) -> list[dict[str, str]] | None:
+        """The conversation up to the user message of ``bubble`` and the answer to it (what
+        "Remember this" learns from); None when it is not a saved message of this chat."""
+        if not self.cid or bubble.role != "user" or bubble.message_id is None:
+            return None
+        msgs = self.store.messages(self.cid)
+        at = next((i for i, m in enumerate(msgs) if m.id == bubble.message_id), None)
+        if at is None:
+            return None
+        end = at + 2 if at + 1 < len(msgs) and msgs[at + 1].role == "assistant" else at + 1
+        return [m.openai() for m in msgs[:end]]
+
     def prepare_draft(self) -> None:
         """The user paused typing: get the turn of their draft ready (skills and prompt)."""
         msgs = self.draft_messages()

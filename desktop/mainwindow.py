@@ -9,6 +9,7 @@ kept in QSettings.
 from __future__ import annotations
 
 import html
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,9 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.session = session
         self._first_load = True  # files unreadable at start are listed, not announced
+        # "Remember this" jobs by turn id: (the user's bubble, what the job has come to)
+        self._remembering: dict[str, tuple[Any, str]] = {}
+        self._remember_ids = itertools.count(1)
         # Window state lives beside settings.json, so SKILLDESK_HOME isolates it too.
         self.qsettings = qsettings or QSettings(str(home_dir() / "window.ini"),
                                                 QSettings.Format.IniFormat)
@@ -179,6 +183,7 @@ class MainWindow(QMainWindow):
         self.review.show_skill.connect(self.show_skill)
         self.review.merged.connect(self._on_review_merged)
         self.chat.skill_feedback.connect(self._on_skill_feedback)
+        self.chat.remember_requested.connect(self.remember)
         s.usage_loaded.connect(self._on_usage_loaded)
         self.detail.status.connect(lambda t: self.statusBar().showMessage(t, 6000))
         self.detail.changed.connect(lambda p: s.skills_changed([p]))
@@ -461,8 +466,42 @@ class MainWindow(QMainWindow):
         self.chat.banner.show_text(f"<b>The skill engine could not start.</b> {html.escape(message)}<br>"
                                    "Open <i>File → Settings</i> to choose a bank or model.")
 
+    def remember(self, bubble: Any) -> None:
+        """"Remember this" on a user message: learn from it now, whatever the model would
+        have guessed (SkillDesk.remember); the message's footer follows the job by its turn
+        id, picked here so that no event of it can come before the bubble is known."""
+        msgs = self.controller.messages_to_remember(bubble)
+        if msgs is None or bubble.meta.get("remembered"):
+            return
+        turn_id = f"remember-{bubble.message_id}-{next(self._remember_ids)}"
+        self._remembering[turn_id] = (bubble, "Not remembered: nothing lasting found")
+        bubble.set_remembered("Remembering… (learned in the background)")
+        if not self.session.run_desk(lambda d: d.remember(msgs, turn_id=turn_id),
+                                     what="Remember this"):
+            del self._remembering[turn_id]
+            bubble.set_remembered("")
+
+    def _remembered(self, ev: Any) -> None:
+        """A learning event of a "Remember this" job: what it came to, on the message."""
+        if ev.turn_id not in self._remembering:
+            return
+        bubble, state = self._remembering[ev.turn_id]
+        if ev.kind in ("add", "merge"):
+            verb = "Remembered as" if ev.kind == "add" else "Added to"
+            state = f"{verb} “{ev.title or ev.skill_name}”"
+        elif ev.kind in ("discard", "error") and not state.startswith(("Remembered", "Added")):
+            state = f"Not remembered: {ev.reason}"
+        self._remembering[ev.turn_id] = (bubble, state)
+        if ev.kind == "done":
+            del self._remembering[ev.turn_id]
+            try:
+                bubble.set_remembered(state)
+            except RuntimeError:  # the bubble is gone (another chat was opened)
+                pass
+
     def _on_learning_event(self, ev: Any) -> None:
         self.learning.add_event(ev)
+        self._remembered(ev)
         if ev.kind in ("add", "merge") and ev.path:
             self.tree.mark(ev.skill_id or ev.path, ev.kind)
             verb = "Learned a new skill" if ev.kind == "add" else "Updated a skill"

@@ -453,6 +453,22 @@ class SkillDesk(SkillManagement):
             return LearningReport(job_id=job_id)
         return self.learning.result(job_id, timeout)
 
+    def remember(self, messages: list[dict], *, turn_id: str | None = None, wait: bool = False,
+                 timeout: float | None = None) -> LearningReport:
+        """Learn from the user's last message of ``messages`` because they asked for it
+        ("Remember this" on a message; ``/remember`` in ``skilldesk chat``): no model guess
+        at whether it lasts, the checks after extraction as always (Pipeline.run's
+        "remember" mode). ``messages`` end at that user message or at the reply to it.
+        Queued behind the chat like any learning; its events carry ``turn_id`` (a caller
+        that follows them picks it before the job can run); ``wait`` returns the report."""
+        last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+        if last < 0:
+            raise SkillDeskError("there is no user message to remember")
+        job_id = self.learning.submit(messages[:last + 2], turn_id, mode="remember")
+        if not wait:
+            return LearningReport(job_id=job_id)
+        return self.learning.result(job_id, timeout)
+
     # ------------------------------------------------------------------ chat
     def chat(self, messages: list[dict], stream: bool = False,
              cancel: CancelToken | None = None, learn: bool = True, *,

@@ -70,6 +70,7 @@ class ChatView(QWidget):
     learning_toggled = Signal(bool)  # learning on for this chat
     skill_link = Signal(str)
     skill_feedback = Signal(object, str, str)  # (bubble, skill path or id, the turn's query)
+    remember_requested = Signal(object)  # the user's bubble to learn from
 
     def __init__(self, parent=None):
         super().__init__(parent)
@@ -191,6 +192,7 @@ class ChatView(QWidget):
         bubble.link_activated.connect(self.skill_link)
         bubble.feedback_requested.connect(
             lambda ref, query, b=bubble: self.skill_feedback.emit(b, ref, query))
+        bubble.remember_requested.connect(lambda b=bubble: self.remember_requested.emit(b))
         if at_top:
             self.list_layout.insertWidget(0, bubble)
             self._bubbles.insert(0, bubble)

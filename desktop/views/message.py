@@ -47,6 +47,7 @@ class MessageWidget(QFrame):
 
     link_activated = Signal(str)  # "skill:<path>" links
     feedback_requested = Signal(str, str)  # "didn't fit": (skill path or id, the turn's query)
+    remember_requested = Signal()  # "Remember this" on one of the user's messages
 
     def __init__(self, role: str, text: str = "", meta: dict | None = None,
                  message_id: int | None = None, parent=None):
@@ -151,6 +152,14 @@ class MessageWidget(QFrame):
             info.append(f'<span style="color:#dc2626;">{html.escape(self.meta["error"])}</span>')
         if info:
             parts.append(" · ".join(info))
+        if self.role == "user" and self.message_id is not None:
+            state = self.meta.get("remembered")
+            if state:  # asked for: where it stands ("remembering…", the skill, why not)
+                parts.append(f'<span style="color:{c["muted"]};">{html.escape(str(state))}</span>')
+            else:
+                parts.append(f'<a href="remember:" style="color:{c["muted"]};" title="Learn a '
+                             'skill from this message: you say it should hold in future chats">'
+                             'Remember this</a>')
         self.footer.setText("<br>".join(parts))
         self.footer.setVisible(bool(parts))
 
@@ -174,6 +183,8 @@ class MessageWidget(QFrame):
             self.link_activated.emit(target)
         elif target.startswith("fit:"):
             self.feedback_requested.emit(target[4:], str(self.meta.get("query") or ""))
+        elif target == "remember:":
+            self.remember_requested.emit()
         elif target.startswith(("http://", "https://")):
             QDesktopServices.openUrl(QUrl(target))
 
@@ -182,6 +193,11 @@ class MessageWidget(QFrame):
         for s in self.meta.get("injected") or []:
             if ref in (str(s.get("path") or ""), str(s.get("id") or "")):
                 s["didnt_fit"] = True
+        self.set_meta(self.meta)
+
+    def set_remembered(self, state: str) -> None:
+        """Show where "Remember this" stands for this message (kept in its meta)."""
+        self.meta["remembered"] = state
         self.set_meta(self.meta)
 
     def copy_blocks(self) -> list[str]:

@@ -132,20 +132,35 @@ class Pipeline:
         self.triaged: dict[int, float] = {}
         self.quoted: dict[tuple, list[float] | None] = {}  # quote answers of this run
         self.users: list[triage.UserTurn] = []  # the user's turns of the conversation
+        self.remembered = False  # the user asked for the newest turn to be remembered
         self.key = ""  # conversation_key of the conversation being learned from
 
     # ------------------------------------------------------------------------------ the run
     def run(self, messages: list[dict], mode: str = "turn", turn_id: str | None = None,
             checkpoint: Callable[[], None] | None = None) -> list[Action]:
-        """Learn from ``messages``; ``checkpoint()`` runs between steps (pause / stop)."""
+        """Learn from ``messages``; ``checkpoint()`` runs between steps (pause / stop).
+
+        ``mode``: "turn" (the newest user turn, after a chat turn), "conversation" (every
+        topic of a whole conversation), or "remember": the user asked for their newest turn
+        to be remembered ("Remember this" on the message). That is the signal triage guesses
+        at, so no gate asks the model whether the turn lasts (triage, the lasting and opening
+        checks, extraction's first decision, the model's "no sentence is meant to last"):
+        extraction must write, and every check after it (grounding, the instance, the judge)
+        stands as for any rule."""
         self.checkpoint = checkpoint or (lambda: None)
         self.triaged = {}  # message index -> triage's P(durable), for extraction
         self.quoted = {}
         self.users = triage.user_turns(messages)
         self.key = conversation_key(messages)
+        self.remembered = mode == "remember" and bool(self.users)
         actions: list[Action] = []
         decide = self._triage if self.policy.get("triage") == "llm" and self.llm is not None \
             else None
+        if mode == "remember":
+            mode = "turn"
+            if self.remembered:
+                decide = lambda turns: "remember"  # noqa: E731 - the user's word, not a guess
+                self.triaged[self.users[-1].index] = 1.0
         for w in triage.windows(messages, mode, decide):
             self.checkpoint()
             earlier = earlier_requests(messages, w)
@@ -501,7 +516,7 @@ class Pipeline:
         skill, which the keep check had kept (PrefEval 460..499).
         False as well where the model does not extract or its answer cannot be read (both run
         as before)."""
-        if not self.by_model:
+        if not self.by_model or self.remembered:  # the user said it is meant to last
             return False
         sents, probs = self.evidence_scores(w, requests)
         if probs is None or len(sents) < 2 or max(range(len(probs)), key=probs.__getitem__):

@@ -95,3 +95,25 @@ def test_pause_per_chat_and_everywhere(window, qtbot):
     assert w.learn_button.text() == "Learning: paused"
     w.learning.pause_box.setChecked(False)
     assert not queue.paused
+
+
+def test_remember_this_on_a_message_learns_from_it_in_a_chat_that_does_not_learn(window, qtbot):
+    """"Remember this" under the user's message: the user says it lasts, so it is learned
+    although this chat's learning is off, and the message's footer follows the job to the
+    skill it became."""
+    w = window
+    w.chat.learn_box.setChecked(False)  # nothing of this chat is learned unless asked
+    w.chat.input.setPlainText("Always start summaries with a one-line TL;DR.")
+    w.chat.send_btn.click()
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=180_000)
+    [mine] = [b for b in w.chat.bubbles if b.role == "user"]
+    assert "Remember this" in mine.footer.text()
+    assert w.session.desk.bank.load("default", scope="user").skills == []
+    mine._on_link("remember:")
+    assert "Remembering" in mine.footer.text()
+    qtbot.waitUntil(lambda: "Remembering" not in mine.footer.text(), timeout=180_000)
+    assert "Remembered as" in mine.footer.text(), mine.footer.text()
+    [skill] = w.session.desk.bank.load("default", scope="user").skills
+    assert "tl;dr" in skill.instructions.lower()
+    mine._on_link("remember:")  # asked again: nothing happens twice
+    assert "Remembered as" in mine.footer.text()

@@ -787,3 +787,71 @@ def test_a_rule_said_after_the_request_keeps_the_users_words_in_the_skill(tmp_pa
     rules = add.skill.instructions
     assert "bring a reusable water bottle for the hike" in rules, rules
     assert "Tom" not in rules and "Box Hill" not in rules
+
+
+class Doubtful(QuoteScored):
+    """Every gate's model read says "not lasting": triage P(durable) 0.1, P(wanted again)
+    0.1, extraction's first token "nothing" with P 0.9; asked which sentence lasts, the one
+    holding ``word`` (P 0.8)."""
+
+    def __init__(self, rules, word="whole team", **kw):
+        super().__init__(rules, word, 0.8, p_triage=0.1, p_again=0.1, **kw)
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        if prefix.startswith('{"skills"'):
+            self.calls.append("extract-score")
+            rest = 0.1 / (len(options) - 1)
+            return {o: math.log(0.9 if o == " []" else rest) for o in options}
+        return super().choice_logprobs(messages, prefix, options, cancel)
+
+
+CARD = [U("Write a leaving card message for Dave from the warehouse."), A("Dear Dave, …"),
+        U("Sign cards from the whole team, not just from me.")]
+
+
+@pytest.mark.parametrize("mode, learned", [("turn", False), ("remember", True)])
+def test_a_turn_the_user_asks_to_remember_skips_the_models_guess_at_what_lasts(
+        tmp_path, mode, learned):
+    llm = Doubtful(["Sign cards from the whole team"], name="Card sign-offs",
+                   triggers=["write a card"])
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        [*CARD, A("Done: from all of us at the warehouse.")], mode)
+    adds = [a for a in actions if a.kind == "add"]
+    assert bool(adds) == learned, [(a.kind, a.reason) for a in actions]
+    if learned:  # the rule is still checked and written as any rule is
+        assert "Sign cards from the whole team" in adds[0].skill.instructions
+        assert "lasting" not in llm.calls  # no model guess asked where the user said it
+    else:
+        assert "extract" not in llm.calls
+
+
+def test_remembering_a_turn_writes_the_users_words_never_the_models_invention(tmp_path):
+    """The user's word replaces the gates, not the checks: a rule the model made up (no word
+    of it in the message) is dropped, and the sentence the model points at, the user's own,
+    is the rule."""
+    llm = Doubtful(["Always attach a photo of the team"], name="Card photos",
+                   triggers=["write a card"])
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        CARD, "remember")
+    [add] = [a for a in actions if a.kind in ("add", "merge")]
+    rules = add.skill.instructions.split("# Constraints")[1]
+    assert "photo" not in rules.lower()
+    assert "Sign cards from the whole team, not just from me" in rules
+
+
+def test_the_desk_remembers_the_last_user_message_it_is_given(tmp_path, embedder):
+    from engine.errors import SkillDeskError
+    from tests.support import DeskMaker
+
+    maker = DeskMaker(tmp_path, embedder)
+    try:
+        desk = maker(Doubtful(["Sign cards from the whole team"], name="Card sign-offs",
+                              triggers=["write a card"]))
+        report = desk.remember([*CARD, A("From all of us.")], wait=True, timeout=60)
+        assert [a.kind for a in report.actions] == ["add"], \
+            [(a.kind, a.reason) for a in report.actions]
+        assert "whole team" in desk.bank.read(report.added[0].skill.path).instructions
+        with pytest.raises(SkillDeskError, match="no user message"):
+            desk.remember([A("Hello")])
+    finally:
+        maker.close()

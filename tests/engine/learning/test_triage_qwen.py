@@ -330,3 +330,19 @@ def test_qwen_lasting_check_ranks_a_rule_for_the_next_piece_above_a_tweak(pipeli
         user_turns([{"role": "user", "content": said[1]}])[0], [said[0]])
     again_tweak, again_rule = score(tweak), score(rule)
     assert 0.0 <= again_tweak < again_rule <= 1.0, (again_tweak, again_rule)
+
+
+def test_qwen_remembers_a_firm_fact_the_user_asked_it_to_remember(pipeline, tmp_path):
+    """"Remember this" on an opening that holds a firm fact beside the request: no gate asks
+    whether it lasts (the opening check had answered "no sentence is meant to last", P 0.82,
+    over triage's 0.48, when this was written), and the skill keeps the rule, not the trip."""
+    said = [{"role": "user", "content": "Planning a weekend in York with my brother, what "
+             "should we do? I've been teetotal for ten years, so nothing that's basically a "
+             "pub crawl."},
+            {"role": "assistant", "content": "Walk the city walls, visit the Minster, the "
+             "railway museum, and the Shambles."}]
+    fresh = Pipeline(SkillBank(tmp_path / "bank"), "default", pipeline.llm)
+    fresh.checkpoint = lambda: None
+    [add] = [a for a in fresh.run(said, "remember") if a.kind == "add"]
+    text = (add.skill.display_name + add.skill.instructions).lower()
+    assert "pub" in text and not any(w in text for w in ("york", "brother", "minster")), text
