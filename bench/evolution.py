@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning_scenarios import SPLITS, Score, load_scenarios, score, seed_bank, skill_blob
+from bench.triage import durable_turn
 
 PROBES = [
     "Summarize this article: Remote work grew fast after 2020. Companies saved office costs, "
@@ -56,8 +57,10 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a subset of 11 scenarios")
     p.add_argument("--ids", help="comma-separated scenario ids")
     p.add_argument("--limit", type=int, help="at most N scenarios")
-    p.add_argument("--mode", choices=["turn", "conversation"], default="turn",
-                   help="replay turn by turn (the app) or ingest whole conversations")
+    p.add_argument("--mode", choices=["turn", "conversation", "remember"], default="turn",
+                   help="replay turn by turn (the app) or ingest whole conversations; "
+                        "'remember': turn by turn, the user asking to remember each turn that "
+                        "holds an expected rule (\"Remember this\" on the message)")
     p.add_argument("--probes", type=int, default=len(PROBES),
                    help="preference-following probes per arm (0 = skip)")
     p.add_argument("--max-tokens", type=int, default=48, help="tokens per probe answer")
@@ -125,12 +128,14 @@ def run_scenarios(worker: Any, embedder: Any, scenarios: list[dict], *, policy: 
                 turn_of: list[int] = []  # the message index each action was learned at
                 if mode == "conversation":
                     actions += queue.run(msgs, mode="conversation").actions
-                for k, m in enumerate(msgs if mode == "turn" else []):
+                for k, m in enumerate(msgs if mode in ("turn", "remember") else []):
                     if m["role"] != "user":
                         continue
                     end = k + 2 if k + 1 < len(msgs) and msgs[k + 1]["role"] == "assistant" \
                         else k + 1
-                    actions += queue.run(msgs[:end], mode="turn", turn_id=f"{sc['id']}-{k}").actions
+                    how = "remember" if mode == "remember" and durable_turn(sc, m["content"]) \
+                        else "turn"
+                    actions += queue.run(msgs[:end], mode=how, turn_id=f"{sc['id']}-{k}").actions
                     turn_of += [k] * (len(actions) - len(turn_of))
                 secs += time.perf_counter() - t0
                 calls += pipe.llm.stats.calls - c0
