@@ -267,10 +267,9 @@ class Pipeline:
         argmax: the probability mass the model puts on the durable kinds (one forward pass,
         :meth:`LLMClient.choice`) must reach ``triage.DURABLE_MIN_P`` on the opening message;
         on a later turn it is weighed against the lasting check instead (:meth:`_lasting`).
-        Qwen2.5-Coder-1.5B's
-        argmax answered a durable kind to plain requests ("Explain the CAP theorem": 3 junk
-        writes in 6 held-out one-offs); the bar is fitted on the tune half
-        (``skilldesk bench triage``). An unusable answer is "nothing" (the cost of a miss is one
+        Qwen2.5-Coder-1.5B's argmax answered a durable kind to plain requests ("Explain the
+        CAP theorem": 3 junk writes in 6 held-out one-offs); the bar is fitted on the tune
+        half (``skilldesk bench triage``). An unusable answer is "nothing" (the cost of a miss is one
         lost rule, the cost of a false yes one extraction call whose checks still stand)."""
         p, kind = self.triage_score(turns)
         if p is None:
