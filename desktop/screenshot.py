@@ -3,6 +3,7 @@
 Runs the real app (real engine, real model) on a display (use ``xvfb-run``), in a throwaway
 SKILLDESK_HOME with a copy of the shipped starter bank (which holds a Chinese skill), sends one
 real message, waits for the streamed answer, selects the skill it used and saves the window.
+``--remember`` then clicks *Remember this* under the message and waits for what it became.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--message", default="请帮我写这周的周报：完成了登录页面，修复了两个缺陷。")
     p.add_argument("--max-tokens", type=int, default=160)
     p.add_argument("--timeout", type=float, default=240)
+    p.add_argument("--remember", action="store_true",
+                   help="then click 'Remember this' under the message and wait for the skill")
     args = p.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="skilldesk-shot-"))
@@ -65,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     if not spin(app, lambda: ready["ok"], args.timeout):
         print("the engine did not open in time", file=sys.stderr)
         return 1
+    if args.remember:  # only what the user asks for is learned: this chat's learning is off
+        w.chat.learn_box.setChecked(False)
     w.chat.input.setPlainText(args.message)
     w.chat.send_btn.click()
     spin(app, lambda: w.controller.busy, 5)
@@ -80,6 +85,16 @@ def main(argv: list[str] | None = None) -> int:
             if any("\u4e00" <= ch <= "\u9fff" for ch in item.text(0)):
                 w.tree.select_path(item.data(0, 0x0100))
                 break
+    if args.remember:
+        mine = [b for b in w.chat.bubbles if b.role == "user"][-1]
+        mine._on_link("remember:")
+        if not spin(app, lambda: "Remembering" not in mine.footer.text(), args.timeout):
+            print("nothing remembered in time", file=sys.stderr)
+            return 1
+        print(f"remember: {mine.meta.get('remembered')}")
+        for ev in w.session.learning_history():  # show the skill it became
+            if ev.kind in ("add", "merge") and ev.path:
+                w.show_skill(ev.path)
     spin(app, lambda: False, 1.0)
     w.grab().save(args.out)
     print(f"saved {args.out}: answer {len(bubble.text)} chars, skills used: "
