@@ -384,6 +384,8 @@ class MainWindow(QMainWindow):
                 self.detail.show_skill(self.session.bank.read(path))
             except Exception as exc:  # noqa: BLE001 - a stale link: say so
                 self.statusBar().showMessage(f"Skill not found: {exc}", 6000)
+                return
+            self._want_select = path  # just written: the tree selects it once it is loaded
 
     # ------------------------------------------------------------------ chats
     def _on_conversation_changed(self, cid: str) -> None:

@@ -117,3 +117,19 @@ def test_remember_this_on_a_message_learns_from_it_in_a_chat_that_does_not_learn
     assert "tl;dr" in skill.instructions.lower()
     mine._on_link("remember:")  # asked again: nothing happens twice
     assert "Remembered as" in mine.footer.text()
+
+
+def test_show_on_a_skill_the_tree_has_not_loaded_yet_selects_it_once_loaded(window, qtbot):
+    """"Show" right after a skill is written (a toast, a remembered message): the detail shows
+    it at once and the tree selects it when its reload comes, not the skill selected before."""
+    from engine.learning.candidate import Candidate
+
+    w = window
+    bank = w.session.desk.bank
+    skill = bank.create(Candidate(name="Metric units", description="Use metric units.",
+                                  constraints=["Give lengths in metres"]).to_skill(),
+                        "default")
+    w.show_skill(str(skill.path))
+    assert w.detail.skill is not None and w.detail.skill.id == skill.id
+    w.session.load_skills()
+    qtbot.waitUntil(lambda: w.tree.current_path() == str(skill.path), timeout=10_000)
