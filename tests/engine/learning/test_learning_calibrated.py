@@ -276,6 +276,24 @@ def test_bench_triage_separates_openings_from_later_turns():
     assert not any(ln.startswith("extraction") for ln in lines)  # no pe scored: no line
 
 
+def test_bench_triage_lasting_compares_the_gates_on_later_turns():
+    """A durable later turn triage scores below its bar but the lasting check is sure of
+    counts for the app's gate (even odds on every later turn), not for triage's bar."""
+    from bench.triage import lasting_table, let_through
+
+    row = lambda i, durable, p, pl, oneoff=False: {  # noqa: E731
+        "id": i, "opening": False, "durable": durable, "oneoff": oneoff, "p": p, "pl": pl}
+    rows = [row("a", True, 0.32, 0.73), row("b", True, 0.6, 0.6),
+            row("c", False, 0.55, 0.3, oneoff=True)]
+    lines = lasting_table(rows).splitlines()
+    assert lines[0] == "later turns with both reads: 3 (2 durable, 1 not)"
+    gate = {ln.split("|")[0].strip(): ln for ln in lines if "|" in ln}
+    assert "| 1/2 (0.50)" in gate["triage >= 0.42, then even odds"]
+    assert "| 2/2 (1.00)" in gate["even odds on every turn (app)"]
+    assert gate["even odds on every turn (app)"].endswith("0/1")  # 0.55 < 0.7: the one-off stops
+    assert let_through(rows[0]) and not let_through(rows[2])
+
+
 def test_bench_triage_labels_extracted_rules_and_tabulates_the_keep_bar():
     from bench.triage import rule_label, rules_table
 
