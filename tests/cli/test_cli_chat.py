@@ -1,24 +1,22 @@
 """``skilldesk chat``'s terminal session on a scripted model: ``/remember`` learns from the
-user's last message although no gate would have (the model's every read says "not
-lasting"), and says so."""
+user's last message although the chat does not learn, and says so."""
 
 from __future__ import annotations
 
 import argparse
 import time
 
-from tests.support import DeskMaker
+from tests.support import DeskMaker, FixedExtract
 
 
 def test_remember_in_the_terminal_chat_learns_from_the_last_message(tmp_path, embedder,
                                                                    monkeypatch, capsys):
     from cli import cmd_chat
-    from tests.engine.learning.test_learning_calibrated import Doubtful
 
     maker = DeskMaker(tmp_path, embedder)
     try:
-        desk = maker(Doubtful(["Sign cards from the whole team"], name="Card sign-offs",
-                              triggers=["write a card"]))
+        desk = maker(FixedExtract(["Sign cards from the whole team"], name="Card sign-offs",
+                                  triggers=["write a card"]))
         lines = iter(["Sign cards from the whole team, not just from me.", "/remember"])
 
         def typed(prompt=""):
