@@ -380,13 +380,15 @@ class Pipeline:
             return [], Action("discard", reason="learning is off for this model", step="extract")
         values = self.extract_values(w, earlier)
         schema = None
-        p = self.extract_score(values)
+        # a remembered turn needs no first decision: the user made it
+        p = None if self.remembered else self.extract_score(values)
         if p is not None:
             log.info("evolution: extraction P(a skill) %.3f (%s)", p,
                      clip(values["user_turns"], 80))
             sure = max((self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0)
             if p < EXTRACT_MIN_P and sure < TRIAGE_SURE_P:
                 return [], None
+        if p is not None or (self.remembered and self.llm.scores_tokens):
             lang = values["lang"]
             schema = self.llm.prompt("extract", lang).schema or {}  # decided: write one
             schema = {**schema, "properties": {**schema["properties"], "skills": {

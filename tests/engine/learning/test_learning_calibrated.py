@@ -838,7 +838,9 @@ def test_a_turn_the_user_asks_to_remember_skips_the_models_guess_at_what_lasts(
     assert bool(adds) == learned, [(a.kind, a.reason) for a in actions]
     if learned:  # the rule is still checked and written as any rule is
         assert "Sign cards from the whole team" in adds[0].skill.instructions
-        assert "lasting" not in llm.calls  # no model guess asked where the user said it
+        # no model guess asked where the user said it: neither the lasting check nor
+        # extraction's first decision
+        assert "lasting" not in llm.calls and "extract-score" not in llm.calls
     else:
         assert "extract" not in llm.calls
 
