@@ -448,10 +448,11 @@ class SkillDesk(SkillManagement):
         """Learn from a whole conversation now (all its topics); the add/merge/discard report.
 
         ``wait=False`` queues it and returns a report holding only the job id."""
-        job_id = self.learning.submit(messages, mode="conversation")
-        if not wait:
-            return LearningReport(job_id=job_id)
-        return self.learning.result(job_id, timeout)
+        return self._report(self.learning.submit(messages, mode="conversation"), wait, timeout)
+
+    def _report(self, job_id: str, wait: bool, timeout: float | None) -> LearningReport:
+        """A queued learning job's report: only its id, or (``wait``) the job's when done."""
+        return self.learning.result(job_id, timeout) if wait else LearningReport(job_id=job_id)
 
     def remember(self, messages: list[dict], *, turn_id: str | None = None, wait: bool = False,
                  timeout: float | None = None) -> LearningReport:
@@ -464,10 +465,8 @@ class SkillDesk(SkillManagement):
         last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
         if last < 0:
             raise SkillDeskError("there is no user message to remember")
-        job_id = self.learning.submit(messages[:last + 2], turn_id, mode="remember")
-        if not wait:
-            return LearningReport(job_id=job_id)
-        return self.learning.result(job_id, timeout)
+        return self._report(self.learning.submit(messages[:last + 2], turn_id, mode="remember"),
+                            wait, timeout)
 
     # ------------------------------------------------------------------ chat
     def chat(self, messages: list[dict], stream: bool = False,
