@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import itertools
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from PySide6.QtWidgets import (
     QToolButton,
 )
 
+from engine.errors import SkillDeskError
 from engine.settings import home_dir
 
 from . import theme
@@ -40,6 +42,7 @@ from .views.skill_detail import SkillDetail
 from .views.skill_tree import SkillTree
 
 STATE_KEYS = ("main_splitter", "skills_splitter")
+log = logging.getLogger("skilldesk.desktop")
 
 
 class MainWindow(QMainWindow):
@@ -49,6 +52,7 @@ class MainWindow(QMainWindow):
         self._first_load = True  # files unreadable at start are listed, not announced
         # "Remember this" jobs by turn id: (the user's bubble, what the job has come to)
         self._remembering: dict[str, tuple[Any, str]] = {}
+        self._remembered_ids: dict[str, int] = {}  # turn id -> the message's id in the store
         self._remember_ids = itertools.count(1)
         # Window state lives beside settings.json, so SKILLDESK_HOME isolates it too.
         self.qsettings = qsettings or QSettings(str(home_dir() / "window.ini"),
@@ -477,10 +481,12 @@ class MainWindow(QMainWindow):
             return
         turn_id = f"remember-{bubble.message_id}-{next(self._remember_ids)}"
         self._remembering[turn_id] = (bubble, "Not remembered: nothing lasting found")
+        self._remembered_ids[turn_id] = bubble.message_id
         bubble.set_remembered("Remembering… (learned in the background)")
         if not self.session.run_desk(lambda d: d.remember(msgs, turn_id=turn_id),
                                      what="Remember this"):
             del self._remembering[turn_id]
+            del self._remembered_ids[turn_id]
             bubble.set_remembered("")
 
     def _remembered(self, ev: Any) -> None:
@@ -496,10 +502,24 @@ class MainWindow(QMainWindow):
         self._remembering[ev.turn_id] = (bubble, state)
         if ev.kind == "done":
             del self._remembering[ev.turn_id]
+            self._keep_remembered(self._remembered_ids.pop(ev.turn_id, 0), state)
             try:
                 bubble.set_remembered(state)
             except RuntimeError:  # the bubble is gone (another chat was opened)
                 pass
+
+    def _keep_remembered(self, message_id: int, state: str) -> None:
+        """What a "Remember this" came to, kept with the message: the chat reopened shows it
+        (and no second *Remember this* link) as it did when the job finished."""
+        if not message_id:
+            return
+        store = self.controller.store
+        try:
+            meta = dict(store.message(message_id).meta)
+            meta["remembered"] = state
+            store.update_message(message_id, meta=meta)
+        except SkillDeskError as exc:  # the chat was deleted meanwhile, the store is broken
+            log.info("the remembered state of message %s was not kept: %s", message_id, exc)
 
     def _on_learning_event(self, ev: Any) -> None:
         self.learning.add_event(ev)

@@ -117,6 +117,14 @@ def test_remember_this_on_a_message_learns_from_it_in_a_chat_that_does_not_learn
     assert "tl;dr" in skill.instructions.lower()
     mine._on_link("remember:")  # asked again: nothing happens twice
     assert "Remembered as" in mine.footer.text()
+    # the chat reopened (another chat first) still says what the message became
+    cid = w.controller.cid
+    w.controller.new_conversation()
+    w.controller.open_conversation(cid)
+    qtbot.waitUntil(lambda: not w.controller.loading, timeout=10_000)
+    [again] = [b for b in w.chat.bubbles if b.role == "user"]
+    assert "Remembered as" in again.footer.text(), again.footer.text()
+    assert "Remember this" not in again.footer.text()
 
 
 def test_show_on_a_skill_the_tree_has_not_loaded_yet_selects_it_once_loaded(window, qtbot):
