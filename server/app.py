@@ -41,7 +41,7 @@ from server.schemas import (
     Health,
     ModelList,
 )
-from server.skills import skills_router
+from server.skills import plain_messages, skills_router
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": why} for code, why in [
@@ -139,7 +139,7 @@ def create_app(desks: Desks, config: ServerConfig) -> FastAPI:
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
     app.include_router(api)
-    app.include_router(skills_router(desks, current_user), responses=_ERRORS)
+    app.include_router(skills_router(desks, current_user, config.learn), responses=_ERRORS)
     return app
 
 
@@ -162,18 +162,7 @@ def prepare_chat(req: ChatCompletionRequest, config: ServerConfig
     if req.response_format and req.response_format.get("type") not in (None, "text"):
         raise APIError(400, "only response_format {'type': 'text'} is supported",
                        "unsupported_parameter", "response_format")
-    messages = []
-    for i, m in enumerate(req.messages):
-        if m.role in ("tool", "function"):
-            raise APIError(400, f"messages[{i}]: role '{m.role}' is not supported (no tools)",
-                           "unsupported_parameter", f"messages.{i}.role")
-        try:
-            text = m.text()
-        except ValueError as exc:
-            raise APIError(400, f"messages[{i}]: {exc}", "invalid_value",
-                           f"messages.{i}.content") from None
-        messages.append({"role": "system" if m.role == "developer" else m.role,
-                         "content": text})
+    messages = plain_messages(req.messages)
     if messages[-1]["role"] != "user" or not messages[-1]["content"].strip():
         raise APIError(400, "the last message must be a non-empty 'user' message",
                        "invalid_value", "messages")

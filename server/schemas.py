@@ -247,6 +247,30 @@ class RevertRequest(_Loose):
     version: str = Field(..., min_length=1, max_length=64, description="the version to restore")
 
 
+class RememberRequest(_Loose):
+    messages: list[ChatMessage] = Field(..., min_length=1, max_length=1000, description=(
+        "the conversation up to the user message to remember (and the reply to it); the "
+        "last user message is the one remembered"))
+    wait: bool = Field(True, description="wait for the learning job; false: queue it and "
+                                         "return its id at once")
+    timeout: float = Field(120.0, gt=0, le=600, description="seconds to wait when wait=true")
+
+
+class RememberAction(BaseModel):
+    kind: Literal["add", "merge", "discard", "error"]
+    reason: str
+    skill: SkillSummary | None = Field(None, description="the skill written (add, merge) or "
+                                                         "the one it matched")
+
+
+class RememberResponse(BaseModel):
+    object: Literal["skilldesk.remember"] = "skilldesk.remember"
+    job_id: str | None
+    done: bool = Field(description="false: still queued or running (wait=false, or the "
+                                   "timeout passed); the job goes on in the background")
+    data: list[RememberAction]
+
+
 class ErrorBody(BaseModel):
     message: str
     type: str

@@ -1,4 +1,5 @@
-"""Skill endpoints: list, get, search, history and revert the caller's skills.
+"""Skill endpoints: list, get, search, history and revert the caller's skills, and remember a
+message (the app's *Remember this*: learn from it because the user says it lasts).
 
 A skill is named by its id, its name (the folder slug) or its title — never by a path: a
 reference with a separator, a leading dot or a NUL is refused with 400 before the bank is
@@ -20,6 +21,9 @@ from engine.fsutil import check_component
 from server.desks import Desks
 from server.errors import APIError
 from server.schemas import (
+    ChatMessage,
+    RememberRequest,
+    RememberResponse,
     RevertRequest,
     SkillDetail,
     SkillHistoryResponse,
@@ -63,8 +67,54 @@ def find_skill(desk: SkillDesk, user: str, ref: str) -> Skill:
     return desk.find(ref)
 
 
-def skills_router(desks: Desks, current_user: Callable[..., str]) -> APIRouter:
+def plain_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    """``{"role", "content"}`` dicts of a request's messages (APIError for tools, images)."""
+    out = []
+    for i, m in enumerate(messages):
+        if m.role in ("tool", "function"):
+            raise APIError(400, f"messages[{i}]: role '{m.role}' is not supported (no tools)",
+                           "unsupported_parameter", f"messages.{i}.role")
+        try:
+            text = m.text()
+        except ValueError as exc:
+            raise APIError(400, f"messages[{i}]: {exc}", "invalid_value",
+                           f"messages.{i}.content") from None
+        out.append({"role": "system" if m.role == "developer" else m.role, "content": text})
+    return out
+
+
+def skills_router(desks: Desks, current_user: Callable[..., str],
+                  learn: bool = True) -> APIRouter:
     router = APIRouter(prefix="/v1/skills", tags=["skills"])
+
+    @router.post("/remember", response_model=RememberResponse, summary="Remember a message",
+                 responses={403: {"description": "the server runs with --no-learn"}})
+    def remember(body: RememberRequest, user: str = Depends(current_user)) -> dict:
+        """Learn from the last user message of ``messages`` because the user says it lasts
+        (the app's *Remember this*): no model guess at whether it does; every check after
+        extraction (nothing the user did not say becomes a rule, no case details, the
+        add/merge judge) stands. The job queues behind chat turns like any learning."""
+        if not learn:
+            raise APIError(403, "learning is off on this server (skilldesk serve --no-learn)",
+                           "learning_off")
+        messages = plain_messages(body.messages)
+        if not any(m["role"] == "user" and m["content"].strip() for m in messages):
+            raise APIError(400, "there is no user message to remember", "invalid_value",
+                           "messages")
+        desk = desks.get(user)
+        report = desk.remember(messages, wait=False)
+        done = False
+        if body.wait:
+            try:
+                report = desk.learning.result(report.job_id, body.timeout)
+                done = True
+            except TimeoutError:
+                pass
+        root = desk.bank.root
+        return {"object": "skilldesk.remember", "job_id": report.job_id, "done": done,
+                "data": [{"kind": a.kind, "reason": a.reason,
+                          "skill": summary(a.skill, root) if a.skill is not None else None}
+                         for a in report.actions]}
 
     @router.get("", response_model=SkillListResponse, summary="List skills")
     def list_skills(scope: Literal["user", "common", "all"] = "all",

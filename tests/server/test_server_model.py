@@ -190,6 +190,38 @@ def test_learning_is_on_unless_the_request_turns_it_off(env):
     assert queued() == n0 + 1
 
 
+def post(srv: ServerThread, path: str, body: dict) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
+    conn.request("POST", path, body=json.dumps(body).encode(),
+                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    r = conn.getresponse()
+    out = json.loads(r.read())
+    conn.close()
+    return r.status, out
+
+
+def test_remember_learns_the_last_user_message_and_says_what_it_became(env):
+    """POST /v1/skills/remember (the app's Remember this): the skill it wrote, in the answer
+    and in the bank; refused on a server that does not learn, and without a user message."""
+    bank = env["bank"]
+    before = {s.id for s in bank.load("default", scope="user").skills}
+    msgs = [{"role": "user", "content": "Always end meeting notes with a list of owners."},
+            {"role": "assistant", "content": "Sure."}]
+    status, out = post(env["srv"]["learn"], "/v1/skills/remember", {"messages": msgs})
+    assert status == 200, out
+    assert out["done"] is True and out["job_id"]
+    [written] = [a for a in out["data"] if a["kind"] in ("add", "merge")]
+    new = {s.id: s for s in bank.load("default", scope="user").skills}
+    assert written["skill"]["id"] in new
+    assert "owner" in new[written["skill"]["id"]].instructions.lower()
+    assert written["skill"]["id"] not in before or written["kind"] == "merge"
+    status, out = post(env["srv"]["plain"], "/v1/skills/remember", {"messages": msgs})
+    assert status == 403 and out["error"]["code"] == "learning_off"
+    status, out = post(env["srv"]["learn"], "/v1/skills/remember",
+                       {"messages": [{"role": "assistant", "content": "Hello"}]})
+    assert status == 400 and out["error"]["param"] == "messages"
+
+
 def test_concurrent_requests_are_serialised_and_all_answered(env):
     c = client(env["srv"]["patient"], timeout=900)
     results, errors = [], []
