@@ -222,14 +222,32 @@ def case_details(turns: list[str], rules: list[str], *, topic: bool = False,
     if not ruled or not (asked or named):
         return set()
     keep = (content_tokens(_QUOTE.sub(" ", "\n".join(ruled))) - named) | tools
+    found = set().union(named, *(_specific(t) for t in asked))
     if topic:
         keep |= said
+        # a Chinese sentence is cut at its commas (one often holds the request and the rule);
+        # the other clauses of the sentence closest to a rule, where it asks nothing, say what
+        # the rule is for, not the request: the fact about the user ("我有痛风，海鲜、啤酒、动物
+        # 内脏这些我碰了就犯病" — 痛风 is no topic of the dinner asked for before it)
+        keep |= _beside(turns, rules) - found
     stems = {k[:4] for k in keep if k.isascii() and len(k) >= 4}  # query / queries
-    found = set().union(named, *(_specific(t) for t in asked))
     if topic:
         found |= content_tokens("\n".join(asked))
     return {t for t in found if t not in keep
             and not (t.isascii() and len(t) >= 4 and t[:4] in stems)}
+
+
+def _beside(turns: list[str], rules: list[str]) -> set[str]:
+    """The words of the sentences of ``turns`` that hold the clause closest to one of
+    ``rules`` (:func:`_closest`) and ask nothing (no question)."""
+    sents = _clauses(turns)
+    anchors = [sents[i][0].strip() for i in _closest(sents, rules)]
+    out: set[str] = set()
+    for t in turns:
+        for m in SENTENCE.finditer(t):
+            if not is_question(m[0]) and any(a and a in m[0] for a in anchors):
+                out |= content_tokens(_QUOTE.sub(" ", m[0]))
+    return out
 
 
 def _carries(text: str, case: set[str]) -> bool:

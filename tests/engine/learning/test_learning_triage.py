@@ -226,6 +226,24 @@ def test_case_details_are_found_per_sentence_when_one_message_holds_request_and_
                                    ["Give recipe quantities in grams"], topic=True)
 
 
+def test_a_fact_said_beside_the_rule_in_its_sentence_is_no_topic_of_the_request():
+    """A Chinese sentence is cut at its commas; the clause that says what the rule is for (the
+    user's condition) is the rule's, not the request's: the skill's description keeps it."""
+    turns = ["周末同学聚会让我订饭店，十来个人，帮我想想点什么菜。"
+             "我有高血压，咸菜、腊肉、酱菜这些我一吃就头晕，医生不让碰。"]
+    rules = ["避免咸菜、腊肉和酱菜"]
+    topic = case_details(turns, rules, topic=True)
+    assert content_tokens("高血压") & topic == set()
+    assert content_tokens("同学聚会") <= topic  # the request's own words still are
+    c = Candidate(name="饮食建议", description="用户有高血压，饮食要清淡。",
+                  goal="为高血压用户推荐菜。", constraints=rules, triggers=["点菜"])
+    generalize(c, turns)
+    assert "高血压" in c.description and "高血压" in c.goal, c
+    # a question beside the rule clause is asked, not said for the rule
+    turns = ["我有高血压，咸菜、腊肉、酱菜这些我一吃就头晕，同学聚会点什么菜好？"]
+    assert content_tokens("同学聚会") <= case_details(turns, rules, topic=True)
+
+
 def test_the_requests_before_the_rule_are_the_case_when_the_model_reworded_the_rule():
     # the model's rule shares no word with the user's; the request before is still the case
     asked, said = "区块链到底是个啥？新闻里天天说。", "听不懂。我是开小卖部的，你给我打个生活里的比方，讲得跟家常话一样。"
