@@ -2,7 +2,8 @@
 scenario set, and which bar (``DURABLE_MIN_P``) it supports.
 
 Every user turn is replayed as the app does after a chat turn (``triage.windows``, turn mode):
-turns that cue words fast-track are counted, not scored; every other turn gets the model's
+turns cue words find are counted apart (the app asks triage alone of them: ``--lasting``
+prints what it says there); every other turn gets the model's
 probability of a durable kind (:meth:`Pipeline.triage_score`, one forward pass). A turn is
 *durable* when it holds the evidence of one of the scenario's expected items; every other turn
 (and every turn of a one-off scenario) is not. The table gives, per bar: the durable turns let
@@ -66,6 +67,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
                    help="also score the lasting check (P(wanted again next time), one forward "
                         "pass) on every scored later turn, also those triage stops, and compare "
                         "the gates that can be built from the two reads")
+    p.add_argument("--replay", metavar="DIR", type=Path,
+                   help="answer prompts seen before from DIR (as bench evolution --replay); "
+                        "the seconds then mean nothing")
     p.add_argument("--bank", help=argparse.SUPPRESS)
     p.add_argument("--user", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -80,8 +84,8 @@ def durable_turn(sc: dict[str, Any], text: str) -> bool:
 def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                 extract: bool = False, rules: bool = False,
                 lasting: bool = False) -> list[dict[str, Any]]:
-    """One row per user turn: fast-tracked by cues, or the model's probability. ``between()``
-    runs before each triage call (another prompt in the KV cache, as in the app). With
+    """One row per user turn: found by cue words (triage's P as ``pc``: the app asks it
+    alone there), or the model's probability. ``between()`` runs before each triage call (another prompt in the KV cache, as in the app). With
     ``extract``, every scored turn also gets ``pe``: extraction's P(a skill) — also on the
     turns triage stops, to see what extraction's score alone would decide (:func:`extract_table`);
     with ``lasting`` every scored later turn gets ``pl``: the lasting check's P(wanted again),
@@ -109,8 +113,12 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                "durable": durable_turn(sc, m["content"]),
                "cued": bool(passed) and not seen, "p": seen[0][0] if seen else None,
                "s": seen[0][1] if seen else 0.0}
-        if lasting and row["p"] is not None and not row["opening"]:
-            users = triage.user_turns(msgs[:k + 1])
+        users = triage.user_turns(msgs[:k + 1])
+        if row["cued"]:  # cue words found it: the app asks triage alone (Pipeline._confirm)
+            seg = next(w for w in passed if w.turns[-1].index == users[-1].index).turns
+            row["pc"] = pipe.triage_score(seg)[0]
+        if lasting and (row["p"] is not None or row.get("pc") is not None) \
+                and not row["opening"]:
             row["pl"] = pipe.lasting_score(users[-1], [t.text for t in users[:-1]][-2:])
         if extract and passed:
             earlier = earlier_requests(msgs[:k + 1], passed[-1])  # as Pipeline.run reads them
@@ -122,13 +130,13 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
 
 
 def let_through(row: dict[str, Any]) -> bool:
-    """Triage lets the turn through: a cue fast-tracked it, or its P reaches the bar (on a
-    later turn scored with ``--lasting``, its P at even odds with the lasting check's, as
-    :meth:`Pipeline._lasting` decides)."""
+    """Triage lets the turn through: its P reaches the bar (on a later turn scored with
+    ``--lasting``, its P at even odds with the lasting check's, as :meth:`Pipeline._lasting`
+    decides; on a turn cue words found, triage's P alone, as :meth:`Pipeline._confirm`)."""
     from engine.learning import triage
 
     if row["p"] is None:
-        return True
+        return row.get("pc") is None or row["pc"] >= triage.DURABLE_MIN_P
     if row.get("pl") is not None:
         return row["p"] >= 1 - row["pl"]
     return row["p"] >= triage.DURABLE_MIN_P
@@ -245,7 +253,7 @@ def lasting_table(rows: list[dict[str, Any]]) -> str:
     turn), triage's bar before that, and each read alone."""
     from engine.learning import triage
 
-    sel = [r for r in rows if r.get("pl") is not None]
+    sel = [r for r in rows if r.get("pl") is not None and r["p"] is not None]
     pos = [r for r in sel if r["durable"]]
     neg = [r for r in sel if not r["durable"]]
     oneoffs = {r["id"] for r in rows if r["oneoff"]}
@@ -275,12 +283,41 @@ def lasting_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def cued_table(rows: list[dict[str, Any]]) -> str:
+    """The turns cue words found, with what triage (and, on later turns, the lasting check)
+    says of them: the app lets them on at triage's bar, without the second looks."""
+    from engine.learning import triage
+
+    sel = [r for r in rows if r.get("pc") is not None]
+    pos = [r for r in sel if r["durable"]]
+    neg = [r for r in sel if not r["durable"]]
+    a = auc([r["pc"] for r in pos], [r["pc"] for r in neg])
+    lines = [f"turns cue words found: {len(sel)} ({len(pos)} durable, {len(neg)} not, "
+             f"{sum(r['oneoff'] for r in sel)} in one-off scenarios); triage P AUC "
+             f"{'n/a' if a is None else f'{a:.2f}'}",
+             "gate on cued turns                     | durable let through | others let through",
+             "---------------------------------------|---------------------|-------------------"]
+    for name, ok in (
+            ("cue words alone", lambda r: True),
+            (f"triage >= {triage.DURABLE_MIN_P} (app)",
+             lambda r: r["pc"] >= triage.DURABLE_MIN_P),
+            ("even odds (later turns), else triage", lambda r: r["pc"] >= 1 - r["pl"]
+             if r.get("pl") is not None else r["pc"] >= triage.DURABLE_MIN_P)):
+        tp, fp = sum(map(ok, pos)), sum(map(ok, neg))
+        lines.append(f"{name:<39}| {tp}/{len(pos)}{'':<14}| {fp}/{len(neg)}")
+    for r in sel:
+        lines.append(f"  {'durable' if r['durable'] else 'other  '} {r['id']} turn {r['turn']}: "
+                     f"triage {r['pc']:.2f}" + (f", lasting {r['pl']:.2f}"
+                                                if r.get("pl") is not None else ""))
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
     scored = [r for r in rows if r["p"] is not None]
     pos = [r for r in scored if r["durable"]]
     neg = [r for r in scored if not r["durable"]]
     oneoffs = {r["id"] for r in rows if r["oneoff"]}
-    lines = [f"turns {len(rows)}: fast-tracked by cues {sum(r['cued'] for r in rows)}, scored "
+    lines = [f"turns {len(rows)}: found by cue words {sum(r['cued'] for r in rows)}, scored "
              f"{len(scored)} ({len(pos)} durable, {len(neg)} not); one-off scenarios "
              f"{len(oneoffs)}",
              "bar   | durable let through | others let through | one-off scenarios with a yes",
@@ -309,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     spec = registry.resolve(a.model)
     backend = LlamaCppBackend(spec, n_threads=a.threads)
     backend.keep_snapshots = not a.no_snapshot
+    if a.replay:
+        from bench._replay import ReplayBackend
+        backend = ReplayBackend(backend, a.replay)
     worker = ModelWorker(backend)
     rows: list[dict[str, Any]] = []
     try:
@@ -339,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         print(rules_table(rows))
     if a.lasting:
         print(lasting_table(rows))
+        print()
+        print(cued_table(rows))
     secs = [r["s"] for r in rows if r["p"] is not None]
     if secs:
         print(f"seconds per scored turn: {sum(secs) / len(secs):.2f} (prefix snapshot "

@@ -540,6 +540,30 @@ def test_a_later_turn_goes_on_only_when_triage_outweighs_not_again(
                      "Newest: Too formal, he's a laugh. Make it cheeky and mention his forklift."]
 
 
+CUED = [U("Book a table for six on Friday."), A("Done: Luigi's, 7 pm."),
+        U("Never pick places with loud music, I can't hear a word in them.")]
+
+
+@pytest.mark.parametrize("p_triage, learned", [(0.6, True), (0.3, False)])
+def test_cue_words_take_a_turn_past_the_second_looks_not_past_triage(
+        tmp_path, p_triage, learned):
+    """A "never" finds the turn: triage is still asked (cue words are ambiguous: "以后" is
+    also "after", "always" also a problem that keeps happening); at its bar the turn goes on
+    without the lasting check, which said no to "do not" rules the user meant to last."""
+    llm = QuoteScored(["Avoid places with loud music"], "", 0.0, p_triage, p_again=0.1,
+                      name="Quiet places")
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(CUED, "turn")
+    assert ("extract" in llm.calls) == learned, (llm.calls, [a.reason for a in actions])
+    assert "lasting" not in llm.calls
+    # remembered, the user's word stands: no triage is asked at all
+    llm = QuoteScored(["Avoid places with loud music"], "", 0.0, 0.1, name="Quiet places")
+    seen = []
+    real = llm.choice_logprobs
+    llm.choice_logprobs = lambda m, prefix, o, c=None: (seen.append(prefix), real(m, prefix, o, c))[1]
+    Pipeline(SkillBank(tmp_path / "bank2"), "default", LLMClient(llm)).run(CUED, "remember")
+    assert "extract" in llm.calls and not any(p.startswith('{"kind"') for p in seen)
+
+
 class OpeningScored(QuoteScored):
     """QuoteScored whose quote step answers "no sentence is meant to last" with P
     ``p_none`` (the rest spread over the sentences)."""
