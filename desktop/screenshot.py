@@ -3,7 +3,8 @@
 Runs the real app (real engine, real model) on a display (use ``xvfb-run``), in a throwaway
 SKILLDESK_HOME with a copy of the shipped starter bank (which holds a Chinese skill), sends one
 real message, waits for the streamed answer, selects the skill it used and saves the window.
-``--remember`` then clicks *Remember this* under the message and waits for what it became.
+``--remember`` then clicks *Remember this* under the message and waits for what it became;
+``--reopen`` then opens a new chat and this one again.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=240)
     p.add_argument("--remember", action="store_true",
                    help="then click 'Remember this' under the message and wait for the skill")
+    p.add_argument("--reopen", action="store_true",
+                   help="then open a new chat and this one again (what the message says stays)")
     args = p.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="skilldesk-shot-"))
@@ -95,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         for ev in w.session.learning_history():  # show the skill it became
             if ev.kind in ("add", "merge") and ev.path:
                 w.show_skill(ev.path)
+    if args.reopen:
+        cid = w.controller.cid
+        w.controller.new_conversation()
+        w.controller.open_conversation(cid)
+        spin(app, lambda: not w.controller.loading, 10)
+        mine = [b for b in w.chat.bubbles if b.role == "user"][-1]
+        bubble = w.chat.bubbles[-1]
+        print(f"reopened: {mine.footer.text()[:120]}")
     spin(app, lambda: False, 1.0)
     w.grab().save(args.out)
     print(f"saved {args.out}: answer {len(bubble.text)} chars, skills used: "
