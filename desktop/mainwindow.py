@@ -517,7 +517,7 @@ class MainWindow(QMainWindow):
         try:
             meta = dict(store.message(message_id).meta)
             meta["remembered"] = state
-            store.update_message(message_id, meta=meta)
+            store.update_message(message_id, meta=meta, touch=False)
         except SkillDeskError as exc:  # the chat was deleted meanwhile, the store is broken
             log.info("the remembered state of message %s was not kept: %s", message_id, exc)
 

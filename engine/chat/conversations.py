@@ -361,13 +361,17 @@ class ConversationStore:
         return self._msg(row)
 
     def update_message(self, message_id: int, content: str | None = None,
-                       meta: dict[str, Any] | None = None) -> Message:
+                       meta: dict[str, Any] | None = None, touch: bool = True) -> Message:
+        """Change a message's text and/or meta; ``touch=False`` leaves the chat's place in the
+        list (a note the app adds later, such as what a "Remember this" came to, is no new
+        activity in the chat)."""
         old = self.message(message_id)
         self._exec("UPDATE messages SET content=?, meta=? WHERE id=?",
                    (old.content if content is None else content,
                     json.dumps(old.meta if meta is None else meta, ensure_ascii=False),
                     message_id))
-        self._touch(old.conversation_id)
+        if touch:
+            self._touch(old.conversation_id)
         return self.message(message_id)
 
     def messages(self, conversation_id: str) -> list[Message]:

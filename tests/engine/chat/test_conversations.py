@@ -93,6 +93,12 @@ def test_edit_and_regenerate_truncate(store):
     assert [m.content for m in store.messages(c.id)] == ["one", "reply one"]
     m = store.update_message(store.messages(c.id)[0].id, content="uno")
     assert m.content == "uno"
+    # a note added later (what a "Remember this" came to) is no new activity in the chat
+    before = store.get(c.id).updated
+    m = store.update_message(m.id, meta={"remembered": "Remembered as “x”"}, touch=False)
+    assert m.meta == {"remembered": "Remembered as “x”"} and store.get(c.id).updated == before
+    store.update_message(m.id, content="one")
+    assert store.get(c.id).updated > before
 
 
 def test_exports(store, tmp_path):
