@@ -85,11 +85,13 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                 extract: bool = False, rules: bool = False,
                 lasting: bool = False) -> list[dict[str, Any]]:
     """One row per user turn: found by cue words (triage's P as ``pc``: the app asks it
-    alone there), or the model's probability. ``between()`` runs before each triage call (another prompt in the KV cache, as in the app). With
-    ``extract``, every scored turn also gets ``pe``: extraction's P(a skill) — also on the
-    turns triage stops, to see what extraction's score alone would decide (:func:`extract_table`);
-    with ``lasting`` every scored later turn gets ``pl``: the lasting check's P(wanted again),
-    read after the user's two turns before it, as :meth:`Pipeline._lasting` reads it."""
+    alone there), or the model's probability. ``between()`` runs before each triage call
+    (another prompt in the KV cache, as in the app). With ``extract``, every scored turn also
+    gets ``pe``: extraction's P(a skill) — also on the turns triage stops, to see what
+    extraction's score alone would decide (:func:`extract_table`); with ``lasting`` every
+    scored later turn (and every later turn cue words found) gets ``pl``: the lasting check's
+    P(wanted again), read after the user's two turns before it, as :meth:`Pipeline._lasting`
+    reads it."""
     from engine.learning import triage
     from engine.learning.pipeline import earlier_requests
 

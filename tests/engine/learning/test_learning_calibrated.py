@@ -294,6 +294,22 @@ def test_bench_triage_lasting_compares_the_gates_on_later_turns():
     assert let_through(rows[0]) and not let_through(rows[2])
 
 
+def test_bench_triage_tabulates_the_turns_cue_words_find_at_triages_bar():
+    """A turn cue words found goes on at triage's bar (the app's gate there), whatever the
+    lasting check says; the cued table counts what each gate lets through."""
+    from bench.triage import cued_table, let_through
+
+    row = lambda i, durable, pc, pl=None: {  # noqa: E731
+        "id": i, "turn": 2, "opening": pl is None, "durable": durable, "oneoff": not durable,
+        "cued": True, "p": None, "pc": pc, "pl": pl}
+    rows = [row("dont", True, 0.62, 0.3), row("after", False, 0.23), row("always", False, 0.6)]
+    assert [let_through(r) for r in rows] == [True, False, True]
+    gate = {ln.split("|")[0].strip(): ln for ln in cued_table(rows).splitlines() if "|" in ln}
+    assert gate["cue words alone"].endswith("| 2/2")
+    assert gate["triage >= 0.42 (app)"].endswith("| 1/2")
+    assert "| 0/1" in gate["even odds (later turns), else triage"]  # 0.62 < 1 - 0.3
+
+
 def test_bench_triage_labels_extracted_rules_and_tabulates_the_keep_bar():
     from bench.triage import rule_label, rules_table
 
