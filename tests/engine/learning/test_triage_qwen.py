@@ -346,3 +346,20 @@ def test_qwen_remembers_a_firm_fact_the_user_asked_it_to_remember(pipeline, tmp_
     [add] = [a for a in fresh.run(said, "remember") if a.kind == "add"]
     text = (add.skill.display_name + add.skill.instructions).lower()
     assert "pub" in text and not any(w in text for w in ("york", "brother", "minster")), text
+
+
+def test_qwen_cue_words_that_describe_a_problem_do_not_take_a_question_through(pipeline, tmp_path):
+    """"以后" is also "after", "总是"/"一直" a problem that keeps happening: cue words find these
+    turns, triage (asked alone there, at its bar) stops them; a rule with the same cue goes on
+    (measured: 0.30 / 0.23 against 0.79 / 0.94)."""
+    said = lambda s: user_turns([{"role": "user", "content": s}])  # noqa: E731
+    assert not pipeline._confirm(said("洗完澡以后浴室的镜子一直起雾，擦了又起，怎么办"))
+    assert not pipeline._confirm(said("吃完饭以后胃总是胀气，要不要去看医生"))
+    assert pipeline._confirm(said("以后给我写周报，都先写风险，再写进度。"))
+    assert pipeline._confirm(said("Never use exclamation marks in emails you write for me."))
+    fresh = Pipeline(SkillBank(tmp_path / "bank"), "default", pipeline.llm)
+    fresh.checkpoint = lambda: None
+    actions = fresh.run([{"role": "user", "content": "洗完澡以后浴室的镜子一直起雾，擦了又起，怎么办"},
+                         {"role": "assistant", "content": "可以开排气扇，或者在镜子上抹一点洗洁精。"}],
+                        "turn")
+    assert not [a for a in actions if a.kind in ("add", "merge")], actions
