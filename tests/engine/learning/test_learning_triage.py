@@ -655,13 +655,21 @@ def test_a_judges_discard_holds_only_where_the_skill_it_points_at_says_the_rule(
         desk.close()
 
 
+class RuleSaid(FixedExtract):
+    """FixedExtract whose triage reads a rule (cue words take a turn past the second looks,
+    not past triage: Pipeline._confirm)."""
+
+    def _triage(self, prompt: str) -> dict:
+        return {"kind": "rule"}
+
+
 def test_a_cue_word_rule_is_never_lost_and_examples_are_the_users_own(tmp_path):
     said = [U("From now on, always start every summary you write for me with a one-line "
               "TL;DR, then give at most three bullet points."), A("OK.")]
     bank = SkillBank(tmp_path / "bank")
     # Qwen-1.5B kept one of the two rules and moved the other into a made-up example
-    forgetful = FixedExtract(["No more than three bullet points"],
-                             examples=["TL;DR: key points. - one - two"])
+    forgetful = RuleSaid(["No more than three bullet points"],
+                         examples=["TL;DR: key points. - one - two"])
     actions = Pipeline(bank, "default", LLMClient(forgetful)).run(said, "turn")
     [add] = [a for a in actions if a.kind == "add"]
     body = add.skill.instructions.lower()
@@ -674,7 +682,7 @@ def test_a_reworded_cue_word_rule_keeps_the_users_own_words(tmp_path):
               "start with a one-line TL;DR."), A("OK.")]
     bank = SkillBank(tmp_path / "bank")
     # Qwen-1.5B reworded the rule and dropped the word that made it the user's
-    rewording = FixedExtract(["Start with a one-line summary"])
+    rewording = RuleSaid(["Start with a one-line summary"])
     actions = Pipeline(bank, "default", LLMClient(rewording)).run(said, "turn")
     [add] = [a for a in actions if a.kind == "add"]
     rules = [ln for ln in add.skill.instructions.splitlines() if ln.startswith("- ")]
