@@ -50,9 +50,9 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.session = session
         self._first_load = True  # files unreadable at start are listed, not announced
-        # "Remember this" jobs by turn id: (the user's bubble, what the job has come to)
-        self._remembering: dict[str, tuple[Any, str]] = {}
-        self._remembered_ids: dict[str, int] = {}  # turn id -> the message's id in the store
+        # "Remember this" jobs by turn id: (the user's bubble, its message id in the store,
+        # what the job has come to); the id outlives the bubble when another chat is opened
+        self._remembering: dict[str, tuple[Any, int, str]] = {}
         self._remember_ids = itertools.count(1)
         # Window state lives beside settings.json, so SKILLDESK_HOME isolates it too.
         self.qsettings = qsettings or QSettings(str(home_dir() / "window.ini"),
@@ -480,29 +480,28 @@ class MainWindow(QMainWindow):
         if msgs is None or bubble.meta.get("remembered"):
             return
         turn_id = f"remember-{bubble.message_id}-{next(self._remember_ids)}"
-        self._remembering[turn_id] = (bubble, "Not remembered: nothing lasting found")
-        self._remembered_ids[turn_id] = bubble.message_id
+        self._remembering[turn_id] = (bubble, bubble.message_id,
+                                      "Not remembered: nothing lasting found")
         bubble.set_remembered("Remembering… (learned in the background)")
         if not self.session.run_desk(lambda d: d.remember(msgs, turn_id=turn_id),
                                      what="Remember this"):
             del self._remembering[turn_id]
-            del self._remembered_ids[turn_id]
             bubble.set_remembered("")
 
     def _remembered(self, ev: Any) -> None:
         """A learning event of a "Remember this" job: what it came to, on the message."""
         if ev.turn_id not in self._remembering:
             return
-        bubble, state = self._remembering[ev.turn_id]
+        bubble, message_id, state = self._remembering[ev.turn_id]
         if ev.kind in ("add", "merge"):
             verb = "Remembered as" if ev.kind == "add" else "Added to"
             state = f"{verb} “{ev.title or ev.skill_name}”"
         elif ev.kind in ("discard", "error") and not state.startswith(("Remembered", "Added")):
             state = f"Not remembered: {ev.reason}"
-        self._remembering[ev.turn_id] = (bubble, state)
+        self._remembering[ev.turn_id] = (bubble, message_id, state)
         if ev.kind == "done":
             del self._remembering[ev.turn_id]
-            self._keep_remembered(self._remembered_ids.pop(ev.turn_id, 0), state)
+            self._keep_remembered(message_id, state)
             try:
                 bubble.set_remembered(state)
             except RuntimeError:  # the bubble is gone (another chat was opened)
@@ -511,8 +510,6 @@ class MainWindow(QMainWindow):
     def _keep_remembered(self, message_id: int, state: str) -> None:
         """What a "Remember this" came to, kept with the message: the chat reopened shows it
         (and no second *Remember this* link) as it did when the job finished."""
-        if not message_id:
-            return
         store = self.controller.store
         try:
             meta = dict(store.message(message_id).meta)
