@@ -273,10 +273,9 @@ class Pipeline:
         CAP theorem": 3 junk writes in 6 held-out one-offs); the bar is fitted on the tune
         half (``skilldesk bench triage``). An unusable answer is "nothing" (the cost of a miss is one
         lost rule, the cost of a false yes one extraction call whose checks still stand)."""
-        p, kind = self.triage_score(turns)
+        p, kind = self._scored(turns)
         if p is None:
             return None
-        self.triaged[turns[-1].index] = p
         if self.llm.scores_tokens and turns[-1].index != self.opening:
             return self._lasting(turns[-1], p, kind)
         if p < triage.DURABLE_MIN_P:
@@ -309,14 +308,20 @@ class Pipeline:
         at even odds would have stopped 4 of the 8 (three "do not" rules, a two-task chat's
         second rule: P(wanted again) 0.24-0.43). An unusable answer leaves the cue's word
         standing."""
-        p, _ = self.triage_score(turns)
+        p, _ = self._scored(turns)
         if p is None:
             return True
-        self.triaged[turns[-1].index] = p
         if p < triage.DURABLE_MIN_P:
             log.info("evolution: cue words, but triage P %.2f: %s", p, clip(turns[-1].text, 80))
             return False
         return True
+
+    def _scored(self, turns: list[triage.UserTurn]) -> tuple[float | None, str | None]:
+        """:meth:`triage_score` of the newest turn, kept in ``self.triaged`` for extraction."""
+        p, kind = self.triage_score(turns)
+        if p is not None:
+            self.triaged[turns[-1].index] = p
+        return p, kind
 
     def _lasting(self, turn: triage.UserTurn, p: float, kind: str | None) -> str | None:
         """A later turn goes on where triage's P(durable) outweighs the model's P that the
