@@ -62,7 +62,7 @@ class ReplayBackend:
         return self._answer(key, lambda: self.backend.structured(messages, schema, params,
                                                                  cancel))
 
-    def choice_logprobs(self, messages, prefix, options, cancel=None):
+    def choice_logprobs(self, messages, prefix, options, cancel=None, **kw):
         key = _key("choice", messages, prefix, options)
         return self._answer(key, lambda: self.backend.choice_logprobs(messages, prefix, options,
-                                                                      cancel))
+                                                                      cancel, **kw))

@@ -88,16 +88,19 @@ class LLMClient:
 
     def score(self, name: str, prefix: str, options: dict[str, str],
               pick: Callable[[dict[str, Any]], str], *, lang: str | None = None,
-              **values: Any) -> dict[str, float]:
+              per_call: tuple[str, ...] = (), **values: Any) -> dict[str, float]:
         """The probability of each labelled continuation of the answer of prompt ``name``
         after ``prefix`` (``options``: label -> text whose first token decides), renormalised
         over the options.
 
         On a backend that exposes ``choice_logprobs`` (llama.cpp) this is one forward pass and
         gives the model's confidence, not only its argmax; elsewhere the structured answer
-        counts as probability 1 for the label ``pick(answer)`` names."""
+        counts as probability 1 for the label ``pick(answer)`` names. ``per_call``: the inputs
+        that change from call to call (the self-filter's request); the prompt up to the first
+        of them is kept in a KV snapshot of its own, for the next call that shares it."""
         p = self.prompt(name, lang)
         messages = p.render(**values)
+        keep = p.render(**{**values, **{k: "" for k in per_call}}) if per_call else None
         params = GenParams(max_tokens=p.max_tokens, temperature=p.temperature,
                            seed=0 if not p.temperature else None)
         labels = list(options)
@@ -105,7 +108,8 @@ class LLMClient:
         def run(backend: Any, cancel: CancelToken) -> dict[str, float]:
             scorer = getattr(backend, "choice_logprobs", None)
             if scorer is not None:
-                logp = scorer(messages, prefix, [options[k] for k in labels], cancel)
+                logp = scorer(messages, prefix, [options[k] for k in labels], cancel,
+                              **({"keep": keep} if keep is not None else {}))
                 top = max(logp.values())
                 w = {k: math.exp(logp[options[k]] - top) for k in labels}
                 z = sum(w.values())

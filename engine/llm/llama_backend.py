@@ -23,6 +23,12 @@ How it runs a turn:
   call, the snapshot sharing the longest prefix with the new prompt is put back when it beats
   the live cache by ``MIN_SNAPSHOT_GAIN`` tokens. Measured on the 2-core box: the self-filter
   call 12 s -> 2 s, a triage call under load 11.6 s -> 1.5 s; restoring takes milliseconds.
+- kept prefixes: a call that names the part of its prompt that does not change from call to
+  call (``keep``: the same prompt rendered with its per-call inputs left empty) keeps a
+  snapshot of that part alone (kind ``"prefix"``) instead of the whole prompt. Such
+  snapshots are kept side by side, one per distinct prefix, the ``MAX_PREFIX_SNAPSHOTS`` most
+  recently used: the self-filter keeps one per judged skill (its instructions, examples and
+  the skill's line), so judging a skill it judged before evaluates only the new request.
 
 Not thread-safe: one :class:`~engine.llm.worker.ModelWorker` owns each instance.
 """
@@ -59,9 +65,13 @@ MIN_REPLY_TOKENS = 16  # when the prompt barely fits, still leave room for this 
 # check, extraction, keep, judge, merge, replace, name): with 6, a learning turn evicted the
 # snapshots it needed next (SNAPSHOT_BYTES still bounds the memory)
 MAX_SNAPSHOTS = 12
-SNAPSHOT_BYTES = 256 * 2**20  # all snapshots together (the chat's alone can reach ~84 MB)
+MAX_PREFIX_SNAPSHOTS = 6  # kept prefixes ("prefix" kind) on top of MAX_SNAPSHOTS: the
+# self-filter's, one per skill judged recently (~7 MB each on Qwen2.5-1.5B)
+SNAPSHOT_BYTES = 320 * 2**20  # all snapshots together (the chat's alone can reach ~84 MB)
 MAX_SNAPSHOT_TOKENS = 3000  # longer prompts are not copied aside
-MIN_SNAPSHOT_GAIN = 32  # a snapshot is put back only when it saves this many prompt tokens
+MIN_SNAPSHOT_GAIN = 8  # a snapshot is put back only when it saves this many prompt tokens
+# (putting one back copies a few MB: 12-35 ms measured with the copy of the next one, less
+# than one token's evaluation, ~14 ms, times this)
 SAME_PROMPT_TOKENS = 32  # two snapshots sharing this many leading tokens are of one prompt
 PREFILL_CHUNK = 64  # tokens a prefill evaluates between checks of its cancel token (~0.7 s
 # on Qwen2.5-1.5B, 2 cores)
@@ -308,14 +318,17 @@ class LlamaCppBackend(ChatFromStream):
         raise AssertionError("unreachable")
 
     def choice_logprobs(self, messages: list[Message], prefix: str, options: list[str],
-                        cancel: CancelToken | None = None) -> dict[str, float]:
+                        cancel: CancelToken | None = None,
+                        keep: list[Message] | None = None) -> dict[str, float]:
         """Log-probabilities of each option as the answer's next words after ``prefix``.
 
         One forward pass, no sampling: the prompt (the chat template's generation prompt, then
         ``prefix`` such as ``{"kind": "``) is evaluated, reusing the KV prefix shared with the
         previous call, and each option is scored by its first token (options must start with
         different tokens; ``ValueError`` otherwise). What a calibrated decision needs: the
-        model's confidence, not only its argmax (a 1.5B model's argmax leans to one class)."""
+        model's confidence, not only its argmax (a 1.5B model's argmax leans to one class).
+        ``keep``: the prompt with its per-call inputs left empty; the part the two share is
+        kept as a prefix snapshot (see the module docstring), the whole prompt is not."""
         if cancel is not None and cancel.cancelled:
             raise Cancelled("the choice was stopped")
         import numpy as np
@@ -327,13 +340,18 @@ class LlamaCppBackend(ChatFromStream):
                   for o in options}
         if len(set(firsts.values())) != len(firsts):
             raise ValueError(f"options share a first token: {options}")
+        split = self._kept_prefix(keep, prompt)
         try:
-            keep = min(self._restore(prompt), len(prompt) - 1)
-            llm.n_tokens = keep
-            llm.eval(prompt[keep:])
+            cached = min(self._restore(prompt), len(prompt) - 1)
+            llm.n_tokens = cached
+            if split > cached:  # the part that does not change between calls, kept alone
+                llm.eval(prompt[cached:split])
+                self._snapshot("prefix")
+            llm.eval(prompt[max(cached, split):])
             logits = np.ctypeslib.as_array(llm._ctx.get_logits(),
                                            shape=(llm.n_vocab(),)).astype(np.float64)
-            self._snapshot("structured")
+            if not split:
+                self._snapshot("structured")
         except (RuntimeError, ValueError, OSError) as exc:
             llm.reset()
             self._snaps = []
@@ -341,7 +359,7 @@ class LlamaCppBackend(ChatFromStream):
         top = float(logits.max())
         log_z = top + float(np.log(np.exp(logits - top).sum()))
         self.last_result = ChatResult(text="", usage=Usage(prompt_tokens=len(prompt)),
-                                      finish_reason="stop", cached_tokens=keep)
+                                      finish_reason="stop", cached_tokens=cached)
         return {o: float(logits[t]) - log_z for o, t in firsts.items()}
 
     def prefill(self, messages: list[Message], cancel: CancelToken | None = None,
@@ -372,6 +390,13 @@ class LlamaCppBackend(ChatFromStream):
         return len(prompt)
 
     # --- KV snapshots (see the module docstring) ---------------------------------------------
+    def _kept_prefix(self, keep: list[Message] | None, prompt: list[int]) -> int:
+        """Tokens of ``prompt`` it shares with the rendering of ``keep`` (0: none to keep)."""
+        if keep is None or not self.keep_snapshots:
+            return 0
+        n = _common_prefix(self._fit(keep, MIN_REPLY_TOKENS)[0], prompt)
+        return n if MIN_SNAPSHOT_GAIN <= n < len(prompt) else 0
+
     def _snapshot(self, kind: str) -> None:
         llm, lc = self.llm, self._lc
         n = int(llm.n_tokens)
@@ -383,11 +408,24 @@ class LlamaCppBackend(ChatFromStream):
         if got <= 0 or got > size:
             return
         tokens = [int(t) for t in llm.input_ids[:n]]
-        snaps = [sn for sn in self._snaps if _common_prefix(sn[1], tokens) < SAME_PROMPT_TOKENS]
+        if kind == "prefix":  # side by side: only one holding this prefix (or held by it) goes
+            snaps = [sn for sn in self._snaps if sn[0] != "prefix"
+                     or _common_prefix(sn[1], tokens) < min(len(sn[1]), n)]
+        else:  # a newer snapshot of the same prompt replaces the older one
+            snaps = [sn for sn in self._snaps if sn[0] == "prefix"
+                     or _common_prefix(sn[1], tokens) < SAME_PROMPT_TOKENS]
         snaps.append((kind, tokens, ctypes.string_at(buf, got)))
-        while len(snaps) > 1 and (len(snaps) > MAX_SNAPSHOTS
-                                  or sum(len(sn[2]) for sn in snaps) > SNAPSHOT_BYTES):
-            snaps.pop(0)  # least recently used
+        while len(snaps) > 1:  # the least recently used first
+            prefixes = [i for i, sn in enumerate(snaps) if sn[0] == "prefix"]
+            others = [i for i, sn in enumerate(snaps) if sn[0] != "prefix"]
+            if len(prefixes) > MAX_PREFIX_SNAPSHOTS:
+                snaps.pop(prefixes[0])
+            elif len(others) > MAX_SNAPSHOTS:
+                snaps.pop(others[0])
+            elif sum(len(sn[2]) for sn in snaps) > SNAPSHOT_BYTES:
+                snaps.pop(0)
+            else:
+                break
         self._snaps = snaps
 
     def drop_snapshots(self, kinds: tuple[str, ...] | None = None) -> None:

@@ -229,6 +229,38 @@ def test_worker_priorities_on_the_real_model(backend):
         worker.close()
 
 
+def test_a_kept_prefix_is_kept_per_skill_and_a_new_request_evaluates_only_itself(backend):
+    """A scored prompt that names its per-call part (``keep``: the prompt with the request left
+    empty; the self-filter's) keeps a snapshot of the part before it, one per skill side by
+    side: judging a skill judged before, on a new request, starts after that skill's line,
+    even with other skills judged in between; the answer is the cold one."""
+    fixed = {"role": "system", "content": "Say whether the skill fits the request.\n" + "\n".join(
+        f"Example {i}: a request and a skill that share a task fit." for i in range(12))}
+
+    def ask(skill: str, request: str) -> list[dict]:
+        return [fixed, {"role": "user", "content": f"Skill: {skill}\nRequest: {request}"}]
+
+    skills = ["Cover letters: writes cover letters for job applications in a warm voice.",
+              "Git commit messages: imperative subjects under fifty characters.",
+              "Meal plans: plans vegetarian dinners for the week with a shopping list."]
+    options = ['{"', " yes", " no"]
+    backend.llm.reset()
+    backend.drop_snapshots()
+    for s in skills:  # each skill judged once, on one request
+        backend.choice_logprobs(ask(s, "Hello"), "", options, keep=ask(s, ""))
+    request = "Draft a letter to go with my CV for a barista job, please."
+    kept = backend.prompt_tokens(ask(skills[0], "")) - 8  # less the template's tail
+    hits = backend.snapshot_hits
+    warm = backend.choice_logprobs(ask(skills[0], request), "", options, keep=ask(skills[0], ""))
+    assert backend.snapshot_hits == hits + 1
+    assert backend.last_result.cached_tokens >= kept, (backend.last_result.cached_tokens, kept)
+    backend.llm.reset()
+    backend.drop_snapshots()
+    cold = backend.choice_logprobs(ask(skills[0], request), "", options)
+    assert backend.last_result.cached_tokens == 0
+    assert all(abs(warm[o] - cold[o]) < 1e-3 for o in options), (warm, cold)
+
+
 def test_a_structured_prompt_and_the_chat_keep_their_prefixes_across_each_other(backend):
     """KV snapshots (issue 15b): a structured call between two chat turns no longer evicts the
     chat's cached prefix, and the chat no longer evicts the structured prompt's fixed part; a
