@@ -19,7 +19,10 @@ shares the previous prompt beyond the system prompt); the self-filter's fixed in
 in their KV snapshot, as in the app after its first filter call (an untimed filter call on
 another request comes before each timed turn, so only the fixed part is reused; the first, cold
 filter call is reported apart, and again after ``desk.warm_up()``, which the app runs once the
-model is loaded); runs alternate which side goes first; medians.
+model is loaded); runs alternate which side goes first; medians. Two self-filter columns:
+``filter`` where the request's skills were judged before in the session (on another request:
+their kept prefixes are in KV snapshots, as for a skill the user keeps using, or one
+``warm_up`` primed) and ``new skl`` where none was (their kept prefixes dropped first).
 
 ``prepared``: the app's turn when the user paused before sending: ``desk.prepare`` ran on the
 same message from the same cold state (its rewrite check, retrieval, self-filter and the
@@ -87,6 +90,9 @@ def run(spec: Any, a: Any) -> str:
         raw.reset()
         worker.submit(lambda b, _c: (b.llm.reset(), b.drop_snapshots(("chat",)))).result()
 
+    def forget_skills() -> None:  # no skill judged before: its kept prefix is gone
+        worker.submit(lambda b, _c: b.drop_snapshots(("prefix",))).result()
+
     from engine.llm.client import LLMClient
 
     primer = LLMClient(worker)
@@ -140,7 +146,8 @@ def run(spec: Any, a: Any) -> str:
         warm_filter = time.perf_counter() - t0
         for label, text in REQUESTS.items():
             got: dict[str, list[float]] = {"plain": [], "same": [], "nofilter": [],
-                                           "filter": [], "prepared": [], "prep_other": []}
+                                           "filter_new": [], "filter": [], "prepared": [],
+                                           "prep_other": []}
             info: Any = None
             for i in range(max(1, a.runs)):
                 order = ("raw", "sd") if i % 2 == 0 else ("sd", "raw")
@@ -153,6 +160,10 @@ def run(spec: Any, a: Any) -> str:
                         t, _ = sd_ttft(text, False)
                         got["nofilter"].append(t)
                         same = sent[-1]
+                        prime()
+                        reset()
+                        forget_skills()
+                        got["filter_new"].append(sd_ttft(text, True)[0])
                         prime()
                         reset()
                         t, info = sd_ttft(text, True)
@@ -178,6 +189,7 @@ def run(spec: Any, a: Any) -> str:
              "<= 1.25x plain)",
              f"{'request':<10}{'skills (filter on)':<40}{'filter s':>9}{'plain s':>9}"
              f"{'same s':>9}{'no filt s':>10}{'filter s':>10}{'x plain':>9}{'x no filt':>10}"
+             f"{'new skl s':>10}{'x no filt':>10}"
              f"{'prepared s':>11}{'+other s':>9}{'x no filt':>10}"]
     for label, _text, med, info in rows:
         names = ",".join(s.name for s in info.injected) or "-"
@@ -185,10 +197,14 @@ def run(spec: Any, a: Any) -> str:
         lines.append(f"{label:<10}{names[:39]:<40}{(f'{fs:.2f}' if fs else '-'):>9}"
                      f"{med['plain']:>9.2f}{med['same']:>9.2f}{med['nofilter']:>10.2f}"
                      f"{med['filter']:>10.2f}{med['filter'] / med['plain']:>8.2f}x"
-                     f"{med['filter'] / med['nofilter']:>9.2f}x{med['prepared']:>11.3f}"
-                     f"{med['prep_other']:>9.3f}"
+                     f"{med['filter'] / med['nofilter']:>9.2f}x"
+                     f"{med['filter_new']:>10.2f}{med['filter_new'] / med['nofilter']:>9.2f}x"
+                     f"{med['prepared']:>11.3f}{med['prep_other']:>9.3f}"
                      f"{med['prep_other'] / med['nofilter']:>9.2f}x")
     lines += [f"  {label}: {text!r}" for label, text in REQUESTS.items()]
+    lines.append("  filter s: the skills were judged before in this session (on another "
+                 "request), so the self-filter's prompt up to the request is in a KV snapshot "
+                 "(one per skill, llama_backend.py); new skl s: none of them was (first use)")
     lines.append("  prepared: the app's turn when the user paused before sending (desk.prepare "
                  "on the draft, from a cold chat prompt, finished before the send); +other: "
                  "another prompt took the model in between (a learning call), so the prepared "

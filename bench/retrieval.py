@@ -360,13 +360,13 @@ REFIT_BARS = tuple(round(0.3 + 0.05 * i, 2) for i in range(12))  # 0.3 .. 0.85
 
 def refit_table(splits, offtopic: dict[str, list[D.Served]], paraphrase: list[D.Served],
                 targets: dict[str, str | None]) -> str:
-    """The self-filter's bar per language, refitted over every row of ``splits`` pooled: at
+    """The self-filter's bar, refitted per language over every row of ``splits`` pooled: at
     each bar, the off-topic rate on each bank (``offtopic``: bank -> served rows), paraphrase
     served R@1, and R@1 less the mean off-topic rate of the two banks (a missed skill weighed
     as one wrong injection); ``*`` marks the bar that maximises it (FIT_MIN_P is set from this
-    on the read splits)."""
+    on the read splits: one bar while both languages' best is the same)."""
     lines = [f"\nSelf-filter bar refit, pooled over {', '.join(D.label(s) for s in splits)} "
-             "(* = the best R@1 - mean off-topic; FIT_MIN_P, per language)",
+             "(* = the best R@1 - mean off-topic, per language; FIT_MIN_P)",
              "language  bar   off-topic starter  off-topic user  served R@1  R@1 - off-topic",
              "--------  ----  -----------------  --------------  ----------  ---------------"]
 
@@ -436,7 +436,7 @@ def offtopic(embedders, a, out, params=None) -> dict[str, list[D.Served]]:
                     "when a hit with P(related) >= the band is kept without the self-filter's "
                     "call (calls: the filter's model calls per request, these splits)"), file=out)
         print(table(["self-filter bar"] + cols, bars, "\nOff-topic rate when a judged skill "
-                    "must reach P(fits) >= the bar (the filter's FIT_MIN_P, one per language; "
+                    "must reach P(fits) >= the bar (the filter's FIT_MIN_P; "
                     "refit it on the read splits pooled)"), file=out)
         _filter_stats(allres, a, "the off-topic sets (both banks)", out)
     return served

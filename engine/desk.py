@@ -29,10 +29,12 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from engine.bank.skill import Skill
 from engine.bank.starter import seed_starter
 from engine.bank.store import LoadError, SkillBank
+from engine.chat import skill_filter
 from engine.chat.plan import plan_search
 from engine.chat.render import DEFAULT_SKILL_CHARS, render_skills, user_written
 from engine.chat.turn import Decision, Turn, TurnResult, TurnStream
@@ -54,6 +56,7 @@ from engine.retrieval.embedders import Embedder, make_embedder
 from engine.retrieval.index import SCOPE_VALUES, skill_dir_of, skill_key
 from engine.settings import Settings, home_dir
 
+PRIMED_SKILLS = 4  # warm_up: the self-filter's prompt is kept for the skills used most
 WORKER_CLOSE_S = 10.0  # close(): the longest wait for the model's running job (the app waits 15 s)
 
 log = logging.getLogger("skilldesk.desk")
@@ -401,9 +404,12 @@ class SkillDesk(SkillManagement):
         """Evaluate the self-filter prompt's fixed part (instructions and examples, ~250
         tokens) at background priority right after the model loads, so its KV snapshot is
         there for the first answer that gets a skill: cold, that answer waited ~8 s more on the
-        2-core box (issue 15b). The job (the app calls this after loading the model), or None
-        when the filter does not run for this model or these settings, or the backend cannot
-        prefill (only llama.cpp keeps KV state)."""
+        2-core box (issue 15b); then the same prompt with the line of each of the
+        ``PRIMED_SKILLS`` skills used most (the request left empty), kept as prefix snapshots
+        (engine/llm/llama_backend.py), so judging one of them evaluates only the request. The
+        job (the app calls this after loading the model), or None when the filter does not run
+        for this model or these settings, or the backend cannot prefill (only llama.cpp keeps
+        KV state)."""
         worker = self.worker
         worker.wait_ready()
         if not (self.config.retrieval.self_filter
@@ -411,10 +417,19 @@ class SkillDesk(SkillManagement):
             return None
         if not callable(getattr(worker.backend, "prefill", None)):
             return None
+        prompt = LLMClient(worker, priority=BACKGROUND).prompt("filter")
         # empty inputs: the rendered prompt is the fixed part plus a few template tokens
-        messages = LLMClient(worker, priority=BACKGROUND).prompt("filter").render(
-            request="", skills="")
-        return worker.submit(lambda b, c: b.prefill(messages, c), BACKGROUND, kind="warm-up")
+        fixed = prompt.render(request="", skills="")
+        lines = [prompt.render(request="", skills=skill_filter.candidate_line(s))
+                 for s in self.most_used(PRIMED_SKILLS)]
+
+        def run(b: Any, c: Any) -> int:
+            n = b.prefill(fixed, c)
+            for messages in lines:
+                n = b.prefill(messages, c, kind="prefix")
+            return n
+
+        return worker.submit(run, BACKGROUND, kind="warm-up")
 
     # ------------------------------------------------------------------ learning
     @property

@@ -156,6 +156,15 @@ class SkillManagement:
         state = self.state.all()
         return {s.id: usage_of(s, state.get(s.id) or {}) for s in self.index.skills.values()}
 
+    def most_used(self, n: int) -> list[Skill]:
+        """The ``n`` skills injected most often, then most recently, that the self-filter
+        judges (neither disabled nor always on): those ``warm_up`` primes."""
+        uses = self.usages()
+        live = [s for s in self.index.skills.values()
+                if not (uses[s.id].disabled or uses[s.id].always_on)]
+        live.sort(key=lambda s: (uses[s.id].uses, uses[s.id].last_used), reverse=True)
+        return live[:n]
+
     # ------------------------------------------------------------------ flags
     def disable(self, skill: Skill | str) -> Skill:
         """Keep the skill on disk but never inject it or merge into it until enabled."""

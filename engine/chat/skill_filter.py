@@ -8,12 +8,14 @@ short constrained call settles it after retrieval:
 
 - it runs only when at least one retrieved skill passed η: a greeting, a thanks or any request
   nothing matched costs nothing (no call);
-- the prompt (``resources/prompts/filter.md``) holds the request and a candidate's title and
-  description only (not the rules), ~250 tokens of which all but ~40 are fixed (kept in a KV
-  snapshot, primed by ``desk.warm_up``); each candidate is judged alone, by the probability of
-  the answer's first token after ``{"use":`` (`` [`` a list follows, `` []`` none) in one
-  forward pass, no decoding, kept at P(fits) >= the bar of the request's language
-  (``FIT_MIN_P``, fitted on the read splits). With 2-3 candidates in one prompt Qwen2.5-1.5B
+- the prompt (``resources/prompts/filter.md``) holds a candidate's title and description only
+  (not the rules), then the request: ~250 tokens of which all but the request and the
+  answer's opening (~20) are the same each time the skill is judged. That part is kept in a
+  KV snapshot of its own, one per skill judged recently (``per_call``, llama_backend.py), and
+  ``desk.warm_up`` primes it for the skills used most; each candidate is judged alone, by the
+  probability of the answer's first token after ``{"use":`` (`` [`` a list follows, `` []``
+  none) in one forward pass, no decoding, kept at P(fits) >= ``FIT_MIN_P`` (fitted on the
+  read splits). With 2-3 candidates in one prompt Qwen2.5-1.5B
   kept one of them, often the wrong one, rather than none; alone, on the tune halves, it
   dropped no right paraphrase target (served R@3 EN 0.53 -> 0.82) at 0.75x the joint call's
   time (18 requests, same load). A vocabulary where both answers share a first token gets
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import Cancelled, SkillDeskError
-from engine.text import clip, language
+from engine.text import clip
 
 log = logging.getLogger("skilldesk.filter")
 
@@ -56,15 +58,16 @@ class FilterResult:
     error: str = ""
 
 
+def candidate_line(skill: Any, number: int = 1) -> str:
+    """``1. Title: description`` (the rules are left out on purpose)."""
+    title = (skill.title or skill.name or "").strip() or skill.name
+    desc = clip(" ".join((skill.description or "").split()), DESCRIPTION_CHARS)
+    return f"{number}. {clip(title, 80)}: {desc}"
+
+
 def candidates_text(hits: list[Any]) -> str:
-    """``1. Title: description`` per candidate (the rules are left out on purpose)."""
-    lines = []
-    for i, h in enumerate(hits, 1):
-        s = h.skill
-        title = (s.title or s.name or "").strip() or s.name
-        desc = clip(" ".join((s.description or "").split()), DESCRIPTION_CHARS)
-        lines.append(f"{i}. {clip(title, 80)}: {desc}")
-    return "\n".join(lines)
+    """One :func:`candidate_line` per candidate."""
+    return "\n".join(candidate_line(h.skill, i) for i, h in enumerate(hits, 1))
 
 
 def ask(client: Any, request: str, hits: list[Any]) -> list[int]:
@@ -82,30 +85,29 @@ def ask(client: Any, request: str, hits: list[Any]) -> list[int]:
 # probability that one candidate fits is one forward pass (LLMClient.score), no decoding.
 FIT_PREFIX = '{"use":'
 FIT_OPTIONS = {"no": " []", "yes": " ["}
-# Kept when P(fits) reaches the bar of the request's language. First fitted on the tune halves
-# (`skilldesk bench retrieval --filter-model recommended --splits tune`, Qwen2.5-Coder-1.5B; 42
-# off-topic requests x 2 banks, 34 paraphrases) as the lowest bar with no off-topic injection
-# on either bank that drops no right paraphrase skill: 0.6 with the first prompt, 0.5 with the
-# lines on skills about the user (twenty-third round). Twenty-fourth round, refitted on every
-# read split pooled (tune, seen, fresh..fresh7: 216 off-topic requests a language on each bank,
-# 159 English and 160 Chinese paraphrases; P(fits) of each judged hit dumped once, every bar
-# read from it) by the bar that maximises paraphrase served R@1 less the mean off-topic rate of
-# the two banks, per language — a missed skill weighed as one wrong injection (`bench retrieval
-# --filter-model recommended --splits tune,heldout,fresh,…,fresh7` prints it: "bar refit").
-# The model's P(fits) runs higher on Chinese requests, for the skill that fits and for a
-# neighbour alike:
-#   English  0.50: off-topic 0.000 / 0.120, served R@1 0.660 (objective 0.600). The best bar,
-#            0.55, is 0.003 better (4 fewer injections of 216 on the user bank, one paraphrase
-#            fewer of 159) and would drop skills about the user that score just above 0.5 (a
-#            vegan diet under a dinner request, 0.53: a test on the model); 0.5 is kept.
-#            (0.6: 0.065 on the user bank, 0.597; 0.7: 0.032, 0.497.)
-#   Chinese  0.70 (the best): off-topic 0.005 / 0.033, served R@1 0.706 (at 0.5: 0.005 /
-#            0.065, 0.675; 0.75: 0.005 / 0.033, 0.694)
+# Kept when P(fits) reaches the bar, refitted on every read split
+# pooled (tune, seen, fresh..fresh9: 266 English and 265 Chinese off-topic requests on each
+# bank, 195 English and 196 Chinese paraphrases; `skilldesk bench retrieval --filter-model
+# recommended --splits tune,heldout,fresh,…,fresh9`, its "bar refit" table) by the bar that
+# maximises paraphrase served R@1 less the mean off-topic rate of the two banks, per language
+# (a missed skill weighed as one wrong injection). Twenty-eighth round, the skill's line put
+# before the request (so the part up to the request can be kept per skill), same data:
+#   English  0.65 (the best): off-topic starter 0.000, user bank 0.023, served R@1 0.646
+#            (objective 0.635); with the request first the best was 0.55: 0.000 / 0.109,
+#            0.662 (0.607), and the bar then in use, 0.5: 0.000 / 0.135, 0.672
+#   Chinese  0.65 (the best): 0.004 / 0.023, 0.689 (0.676); request first, 0.7 (the best
+#            and the bar in use): 0.004 / 0.030, 0.714 (0.697)
+# With the request first the model's P(fits) ran higher on Chinese requests, for the skill
+# that fits and for a neighbour alike (bars 0.5 / 0.7, one per language); with the skill
+# first both languages have the same best bar, so there is one.
+# Skills about the user stay above the bar (a real-model test: a vegan diet under a dinner
+# request 0.73, hands-on learning under a guitar question 0.73; a fear of heights under a
+# holiday request, 0.20, is still dropped, as before).
 # Showing the skill's first triggers beside its description made the model say "fits" more
 # often to neighbours (AUC, target vs off-topic hits, English 0.955 -> 0.866): not done.
-# On PrefEval (English, `bench prefeval`, the learned banks kept) the 0.5 bar had: own skill
-# filtered out 0.125 -> 0.025 on 420..459 (read), 0.10 -> 0.03 on 540..579.
-FIT_MIN_P = {"en": 0.5, "zh": 0.7}
+# On PrefEval (English, `bench prefeval`, the learned banks kept) the earlier 0.5 bar had:
+# own skill filtered out 0.125 -> 0.025 on 420..459 (read), 0.10 -> 0.03 on 540..579.
+FIT_MIN_P = 0.65
 # Every judged hit costs a call (0.5-1 s on 2 cores; on the read paraphrase splits 1.73 hits
 # were judged per request). Keeping a hit retrieval is sure of without asking would save some,
 # but P(related) is as high for topical neighbours as for the skill that fits: kept unjudged at
@@ -115,15 +117,11 @@ FIT_MIN_P = {"en": 0.5, "zh": 0.7}
 # tables, twentieth round). Not done.
 
 
-def fit_bar(request: str) -> float:
-    """The P(fits) a candidate must reach for ``request``: its language's bar (FIT_MIN_P)."""
-    return FIT_MIN_P[language(request)]
-
-
 def fit_probability(client: Any, request: str, hit: Any) -> float:
     """P(the model says this one candidate fits ``request``), judged alone."""
     probs = client.score("filter", FIT_PREFIX, FIT_OPTIONS,
                          lambda out: "yes" if (out or {}).get("use") else "no",
+                         per_call=("request",),
                          request=clip(" ".join(request.split()), REQUEST_CHARS),
                          skills=candidates_text([hit]))
     return float(probs["yes"])
@@ -147,8 +145,7 @@ def self_filter(client: Any, request: str, hits: list[Any],
     try:
         try:
             res.scores = [fit_probability(client, request, h) for h in cands]
-            bar = fit_bar(request)
-            res.answer = [i for i, p in enumerate(res.scores, 1) if p >= bar]
+            res.answer = [i for i, p in enumerate(res.scores, 1) if p >= FIT_MIN_P]
         except ValueError:  # the two answers share a first token in this vocabulary
             res.answer = ask(client, request, cands)
     except Cancelled:

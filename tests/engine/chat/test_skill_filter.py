@@ -74,23 +74,8 @@ def test_the_filter_judges_each_candidate_alone_on_titles_and_descriptions_only(
     assert prefix == '{"use":' and options == {"no": " []", "yes": " ["}
     # the bar (an English request's) keeps what reaches it, drops what does not
     from engine.chat.skill_filter import FIT_MIN_P
-    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P["en"]}), "x", [hits[1]]).hits == [hits[1]]
-    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P["en"] - 0.01}), "x", [hits[1]]).hits == []
-
-
-def test_the_bar_is_the_requests_languages():
-    """The 1.5B model's P(fits) runs higher on Chinese requests, for the skill that fits and
-    for a neighbour alike: a Chinese request's candidate must reach the Chinese bar."""
-    from engine.chat.skill_filter import FIT_MIN_P, fit_bar
-
-    assert FIT_MIN_P["zh"] > FIT_MIN_P["en"]
-    assert fit_bar("Summarize this report") == FIT_MIN_P["en"]
-    assert fit_bar("帮我总结一下这份周报") == FIT_MIN_P["zh"]
-    hit = FakeHit("tldr", "TL;DR first.")
-    between = (FIT_MIN_P["en"] + FIT_MIN_P["zh"]) / 2
-    assert self_filter(Scripted(fits={"Tldr": between}), "Summarize this", [hit]).hits == [hit]
-    assert self_filter(Scripted(fits={"Tldr": between}), "帮我总结一下", [hit]).hits == []
-    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P["zh"]}), "帮我总结一下", [hit]).hits == [hit]
+    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P}), "x", [hits[1]]).hits == [hits[1]]
+    assert self_filter(Scripted(fits={"Tldr": FIT_MIN_P - 0.01}), "x", [hits[1]]).hits == []
 
 
 def test_a_vocabulary_that_cannot_score_falls_back_to_one_joint_call():
@@ -277,22 +262,39 @@ def test_qwen_drops_a_topical_neighbour_and_keeps_a_paraphrase(qwen_desk):
 @pytest.mark.slow
 def test_warm_up_primes_the_filter_prompt_for_the_first_skilled_answer(qwen_desk):
     """``desk.warm_up()`` (the app calls it once the model is loaded) evaluates the filter
-    prompt's fixed part in the background: the first answer that gets a skill starts its filter
-    call from that snapshot instead of evaluating ~250 tokens cold."""
+    prompt's fixed part in the background, then the prompt with the line of each skill used
+    most: the first answer that gets such a skill evaluates only its request in the filter
+    call, not ~250 tokens cold nor the skill's line."""
     desk = qwen_desk
+    letters = next(s for s in desk.index.skills.values() if s.title == "Cover letters")
+    desk.state.record_uses([(letters.id, letters.key)])
+    assert desk.most_used(1) == [letters]
     job = desk.warm_up()
     assert job is not None
     assert job.result(timeout=600) > 100  # prompt tokens evaluated
     backend = desk.worker.backend
     # another prompt in between (in the app: a learning call), so the live KV cache no
-    # longer holds the warm-up and only its snapshot can
+    # longer holds the warm-up and only its snapshots can
     desk.worker.submit(lambda b, c: b.prefill([U("Hello there, how are you today?")], c)
                        ).result(timeout=300)
-    hits = backend.snapshot_hits
-    r = desk.chat([U("Write a cover letter for a junior data analyst role.")], learn=False,
-                  params=GenParams(max_tokens=4, temperature=0.0))
+    evaluated = []
+    score = backend.choice_logprobs
+
+    def spy(*args, **kw):
+        out = score(*args, **kw)
+        res = backend.last_result
+        evaluated.append(res.usage.prompt_tokens - res.cached_tokens)
+        return out
+
+    backend.choice_logprobs = spy
+    request = "Write a cover letter for a junior data analyst role."
+    try:
+        r = desk.chat([U(request)], learn=False, params=GenParams(max_tokens=4, temperature=0.0))
+    finally:
+        backend.choice_logprobs = score
     assert "filter_s" in r.timings, r.info()
-    assert backend.snapshot_hits == hits + 1  # the filter call began from the warm-up
+    # the request, the end of its turn and the answer's opening: the skill's line was primed
+    assert evaluated and evaluated[0] <= backend.count_tokens(request) + 16, evaluated
     desk.config.retrieval.self_filter = False
     assert desk.warm_up() is None  # off in the settings: nothing to prime
 
@@ -356,7 +358,7 @@ def test_qwen_keeps_a_skill_about_the_user_for_a_request_it_changes(qwen_path):
                  "Who wrote Pride and Prejudice?")]:
             hit = FakeHit(title, desc)
             hit.skill.title = title
-            assert fit_probability(client, fits, hit) >= FIT_MIN_P["en"], title
-            assert fit_probability(client, unrelated, hit) < FIT_MIN_P["en"], title
+            assert fit_probability(client, fits, hit) >= FIT_MIN_P, title
+            assert fit_probability(client, unrelated, hit) < FIT_MIN_P, title
     finally:
         worker.close()
