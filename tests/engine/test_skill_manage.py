@@ -163,6 +163,21 @@ def test_usage_counts_injections_and_times(desk):
     assert desk.usages()[s.id].uses == 2
 
 
+
+def test_most_used_skills_are_those_injected_most_then_last_and_never_disabled_or_always_on(desk):
+    """What ``warm_up`` primes the self-filter for: the skills injected most (ties: the one
+    used last first); a disabled skill is never injected and an always-on one never judged."""
+    sql, git, weekly = (desk.find(t) for t in ("SQL query tuning", "Git commit messages",
+                                               "Weekly report format"))
+    desk.state.record_uses([(sql.id, sql.key)], when="2026-11-01T10:00:00Z")
+    desk.state.record_uses([(git.id, git.key)], when="2026-11-02T10:00:00Z")
+    assert [s.id for s in desk.most_used(2)] == [git.id, sql.id]  # one use each: git last
+    desk.record_use([sql])
+    assert [s.id for s in desk.most_used(3)][:2] == [sql.id, git.id]
+    desk.disable(sql)
+    desk.set_always_on(git)
+    assert [s.id for s in desk.most_used(3)] == [weekly.id]
+
 # --------------------------------------------------------------------------- feedback
 def test_didnt_fit_lowers_a_skill_for_similar_requests_only(desk):
     asked = "write the commit message for my bug fix"
