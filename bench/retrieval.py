@@ -72,8 +72,8 @@ def _args(argv):
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--max-queries", type=int, default=0, help="subsample queries (0 = all)")
     p.add_argument("--sections", default="offtopic,paraphrase,quality,speed,build,watch",
-                   help="comma list of offtopic, paraphrase, constraints, quality, speed, "
-                        "build, watch (constraints needs --learned-bank)")
+                   help="comma list of offtopic, paraphrase, constraints, twotask, quality, "
+                        "speed, build, watch (constraints needs --learned-bank)")
     p.add_argument("--splits", default="tune,heldout", type=lambda v: tuple(v.split(",")),
                    help="dev-set halves to print: tune, heldout (printed as 'seen'), fresh, "
                    "fresh2, fresh3, fresh4 (tune while tuning; all to report)")
@@ -493,6 +493,56 @@ def paraphrase(skills, embedders, a, root, out, params=None
     return res, targets
 
 
+def twotask(embedders, a, out, params=None) -> None:
+    """Requests that need two skills at once (bench/data/twotask.jsonl) on one bank holding
+    the starter skills and the 120-skill user bank: how often both targets pass η (retrieved)
+    and how often the chat injects both (served, with ``--filter-model`` through the
+    self-filter, at its bar and at other bars)."""
+    emb = embedders.get(DEFAULT_EMBEDDER) or next(iter(embedders.values()))
+    rows_in = [r for r in D.load("twotask.jsonl") if r["split"] in a.splits]
+    if not rows_in:
+        print(f"\nTwo-task requests: no rows in the splits {', '.join(a.splits)}", file=out)
+        return
+    client = filter_client(a)
+    with tempfile.TemporaryDirectory(prefix="skilldesk-twotask-") as tmp:
+        root = D.build_bank("user", a.corpus, D.build_bank("starter", a.corpus, Path(tmp)))
+        idx = D.open_index(root, emb, params)
+
+        def key(target: str) -> str | None:
+            if target.startswith("starter:"):
+                name = target.split(":", 1)[1]
+                return idx.key_for_path(root / "Common" / "starter" / name / "SKILL.md")
+            return D.target_key(idx, root, target)
+
+        res = D.serve(idx, rows_in, client=client, splits=a.splits)
+        targets = {r["id"]: [key(t) for t in r["targets"]] for r in rows_in}
+    bars = [None] if client is None else [None, *FIT_BARS]
+    rows = []
+    for lang in D.LANGS:
+        sel = [x for x in res if x.row["lang"] == lang]
+        if not sel:
+            continue
+
+        def share(ok, sel: list[D.Served] = sel) -> float:
+            return sum(1 for x in sel if ok(x, targets[x.row["id"]])) / len(sel)
+
+        row = [lang.upper(), len(sel), share(lambda x, t: all(k in x.hits for k in t)),
+               share(lambda x, t: any(k in x.hits for k in t))]
+        if client is not None:
+            row += [share(lambda x, t: all(k in x.with_band(None) for k in t))]
+            row += [share(lambda x, t, b=b: all(k in x.with_band(None, b) for k in t))
+                    for b in bars[1:]]
+        rows.append(row)
+    hdr = ["language", "n", "both pass η", "one passes η"]
+    if client is not None:
+        hdr += ["both served"] + [f"both at {b}" for b in bars[1:]]
+    print(table(hdr, rows, "\nTwo-task requests (bench/data/twotask.jsonl, "
+                f"{', '.join(a.splits)}; {len(idx)} skills: starter + user bank): both targets "
+                "retrieved, and injected" + (f" through the self-filter ({a.filter_model}; "
+                                             "'both at B': a judged skill must reach P(fits) "
+                                             ">= B)" if client is not None else "")), file=out)
+
+
 def constraints(embedders, a, out, params=None) -> None:
     """Lasting user facts learned by the real pipeline, and the requests they govern
     (bench/_retrieval_constraints.py)."""
@@ -572,6 +622,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(refit_table(a.splits, off, *para), file=out)
             if "constraints" in sections:
                 constraints(embedders, a, out)
+            if "twotask" in sections:
+                twotask(embedders, a, out)
             if "quality" in sections:
                 quality(skills, embedders, a, out)
             if a.fields:
