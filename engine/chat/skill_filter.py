@@ -15,11 +15,11 @@ short constrained call settles it after retrieval:
   ``desk.warm_up`` primes it for the skills used most; each candidate is judged alone, by the
   probability of the answer's first token after ``{"use":`` (`` [`` a list follows, `` []``
   none) in one forward pass, no decoding, kept at P(fits) >= ``FIT_MIN_P`` (fitted on the
-  read splits). With 2-3 candidates in one prompt Qwen2.5-1.5B
-  kept one of them, often the wrong one, rather than none; alone, on the tune halves, it
-  dropped no right paraphrase target (served R@3 EN 0.53 -> 0.82) at 0.75x the joint call's
-  time (18 requests, same load). A vocabulary where both answers share a first token gets
-  the joint grammar-constrained ``{"use": [numbers]}`` call instead;
+  read splits). With 2-3 candidates in one prompt Qwen2.5-1.5B kept one of them, often the
+  wrong one, rather than none; alone, on the tune halves, it dropped no right paraphrase
+  target (served R@3 EN 0.53 -> 0.82) at 0.75x the joint call's time (18 requests, same
+  load). A vocabulary where both answers share a first token gets the joint
+  grammar-constrained ``{"use": [numbers]}`` call instead;
 - always-on skills are never judged (the user asked for them on every answer);
 - any failure (garbage JSON, a model error, a stop) keeps the hits as retrieval chose them: a
   broken filter must not cost the skill that applies.
@@ -85,12 +85,12 @@ def ask(client: Any, request: str, hits: list[Any]) -> list[int]:
 # probability that one candidate fits is one forward pass (LLMClient.score), no decoding.
 FIT_PREFIX = '{"use":'
 FIT_OPTIONS = {"no": " []", "yes": " ["}
-# Kept when P(fits) reaches the bar, refitted on every read split
-# pooled (tune, seen, fresh..fresh9: 266 English and 265 Chinese off-topic requests on each
-# bank, 195 English and 196 Chinese paraphrases; `skilldesk bench retrieval --filter-model
-# recommended --splits tune,heldout,fresh,…,fresh9`, its "bar refit" table) by the bar that
-# maximises paraphrase served R@1 less the mean off-topic rate of the two banks, per language
-# (a missed skill weighed as one wrong injection). Twenty-eighth round, the skill's line put
+# Kept when P(fits) reaches the bar, refitted on every read split pooled (tune, seen,
+# fresh..fresh9: 266 English and 265 Chinese off-topic requests on each bank, 195 English and
+# 196 Chinese paraphrases; `skilldesk bench retrieval --filter-model recommended --splits
+# tune,heldout,fresh,…,fresh9`, its "bar refit" table) by the bar that maximises paraphrase
+# served R@1 less the mean off-topic rate of the two banks, per language (a missed skill
+# weighed as one wrong injection). Twenty-eighth round, the skill's line put
 # before the request (so the part up to the request can be kept per skill), same data:
 #   English  0.65 (the best): off-topic starter 0.000, user bank 0.023, served R@1 0.646
 #            (objective 0.635); with the request first the best was 0.55: 0.000 / 0.109,

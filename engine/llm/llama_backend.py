@@ -70,8 +70,8 @@ MAX_PREFIX_SNAPSHOTS = 6  # kept prefixes ("prefix" kind) on top of MAX_SNAPSHOT
 SNAPSHOT_BYTES = 320 * 2**20  # all snapshots together (the chat's alone can reach ~84 MB)
 MAX_SNAPSHOT_TOKENS = 3000  # longer prompts are not copied aside
 MIN_SNAPSHOT_GAIN = 8  # a snapshot is put back only when it saves this many prompt tokens
-# (putting one back copies a few MB: 12-35 ms measured with the copy of the next one, less
-# than one token's evaluation, ~14 ms, times this)
+# (putting one back copies a few MB: 12-35 ms measured together with keeping the next one,
+# where 8 tokens take ~110 ms to evaluate on Qwen2.5-1.5B, 2 cores)
 SAME_PROMPT_TOKENS = 32  # two snapshots sharing this many leading tokens are of one prompt
 PREFILL_CHUNK = 64  # tokens a prefill evaluates between checks of its cancel token (~0.7 s
 # on Qwen2.5-1.5B, 2 cores)
