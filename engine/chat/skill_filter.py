@@ -90,24 +90,29 @@ FIT_OPTIONS = {"no": " []", "yes": " ["}
 # 196 Chinese paraphrases; `skilldesk bench retrieval --filter-model recommended --splits
 # tune,heldout,fresh,…,fresh9`, its "bar refit" table) by the bar that maximises paraphrase
 # served R@1 less the mean off-topic rate of the two banks, per language (a missed skill
-# weighed as one wrong injection). Twenty-eighth round, the skill's line put
-# before the request (so the part up to the request can be kept per skill), same data:
-#   English  0.65 (the best): off-topic starter 0.000, user bank 0.023, served R@1 0.646
-#            (objective 0.635); with the request first the best was 0.55: 0.000 / 0.109,
-#            0.662 (0.607), and the bar then in use, 0.5: 0.000 / 0.135, 0.672
-#   Chinese  0.65 (the best): 0.004 / 0.023, 0.689 (0.676); request first, 0.7 (the best
-#            and the bar in use): 0.004 / 0.030, 0.714 (0.697)
-# With the request first the model's P(fits) ran higher on Chinese requests, for the skill
-# that fits and for a neighbour alike (bars 0.5 / 0.7, one per language); with the skill
-# first both languages have the same best bar, so there is one.
-# Skills about the user stay above the bar (a real-model test: a vegan diet under a dinner
-# request 0.73, hands-on learning under a guitar question 0.73; a fear of heights under a
-# holiday request, 0.20, is still dropped, as before).
+# weighed as one wrong injection). Twenty-eighth round, the skill's line put before the
+# request (so the part up to the request can be kept per skill), same data; off-topic on the
+# starter / user bank, served R@1, objective:
+#   English  best 0.65: 0.000 / 0.023, 0.646 (0.635); 0.55: 0.000 / 0.045, 0.646 (0.624).
+#            Request first, at the bar then in use (0.5): 0.000 / 0.135, 0.672 (0.604)
+#   Chinese  best 0.65: 0.004 / 0.023, 0.689 (0.676); 0.55: 0.004 / 0.049, 0.684 (0.657).
+#            Request first, at the bar then in use (0.7, its best): 0.004 / 0.030, 0.714 (0.697)
+# The bar is 0.55, not the best: the skill the loop learns from "From now on, always start
+# every summary ... with a one-line TL;DR" ("Summary format: The user wants summaries to start
+# with a TL;DR ...") scores 0.60 under "Summarize this: ..." (0.555 with the request first;
+# the real-model end-to-end test), and the dev sets hold no learned skill about the user. As
+# the twenty-fourth round did for a vegan diet under a dinner request (0.53 then, 0.73 now),
+# the highest bar that keeps it with a margin. With the request first the model's P(fits) ran
+# higher on Chinese requests, for the skill that fits and for a neighbour alike (bars 0.5 /
+# 0.7, one per language); with the skill first both languages' best is the same, so one bar.
+# Skills about the user in the real-model tests: a vegan diet under a dinner request 0.73,
+# hands-on learning under a guitar question 0.73; a fear of heights under a holiday request,
+# 0.20, is still dropped, as before.
 # Showing the skill's first triggers beside its description made the model say "fits" more
 # often to neighbours (AUC, target vs off-topic hits, English 0.955 -> 0.866): not done.
 # On PrefEval (English, `bench prefeval`, the learned banks kept) the earlier 0.5 bar had:
 # own skill filtered out 0.125 -> 0.025 on 420..459 (read), 0.10 -> 0.03 on 540..579.
-FIT_MIN_P = 0.65
+FIT_MIN_P = 0.55
 # Every judged hit costs a call (0.5-1 s on 2 cores; on the read paraphrase splits 1.73 hits
 # were judged per request). Keeping a hit retrieval is sure of without asking would save some,
 # but P(related) is as high for topical neighbours as for the skill that fits: kept unjudged at
