@@ -15,7 +15,13 @@ import re
 from collections.abc import Callable, Sequence
 
 from engine.learning.candidate import Candidate
-from engine.learning.rules import SENTENCE, is_question, named_tools, said_for_this_request
+from engine.learning.rules import (
+    SENTENCE,
+    asks_about_self,
+    is_question,
+    named_tools,
+    said_for_this_request,
+)
 from engine.text import (
     ZH_STOP,
     cjk_count,
@@ -90,6 +96,24 @@ def restates_context(rule: str, evidence: str) -> bool:
         chars = {ch for ch in normalize(rule) if "\u4e00" <= ch <= "\u9fff" and ch not in ZH_STOP}
         return len(chars) >= 3 and len(chars & set(normalize(evidence))) / len(chars) < 0.3
     return bool(toks) and coverage(toks, content_tokens(evidence)) < 0.3
+
+
+def restates_question(rule: str, turns: Sequence[str]) -> bool:
+    """The rule is one of the user's questions about their own case said again without its
+    question: most of its words come from the question (:func:`_drawn_from`) and it keeps most
+    of the question's (Qwen2.5-1.5B: "我妈的社保卡丢了，要补办，在杭州" from "…，在杭州，怎么弄"). A
+    question is a request, never a rule, as for a rule that kept the question itself
+    (:func:`~engine.learning.rules.is_question`); a fact said inside a question ("I'm vegan,
+    so what could I cook?") is a part of it, and a question asking the assistant to do
+    something ("能不能拆成一步一步的") may say a rule."""
+    own = said_words(rule)
+    for turn in turns:
+        for m in SENTENCE.finditer(turn):
+            toks = content_tokens(m[0])
+            if (own and toks and asks_about_self(m[0]) and _drawn_from(rule, own, m[0], toks)
+                    and coverage(toks, content_tokens(rule)) >= 0.5):
+                return True
+    return False
 
 
 def grounded(rule: str, user_toks: set[str], user_text: str) -> bool:
@@ -353,7 +377,8 @@ def vet_candidate(c: Candidate, user_text: str, assistant_text: str = "",
         # the user's question, with its case numbers — as the rule of a skill)
         if _empty_rule(rule) or is_question(rule) or _copied_from_assistant(
                 rule, user_toks, assistant_text) or (
-                evidence is not None and restates_context(rule, evidence)):
+                evidence is not None and restates_context(rule, evidence)) or (
+                turns and restates_question(rule, turns)):
             dropped.append(rule)
         elif turns and said_for_this_request(rule, turns, task_words(c)):
             once.append(rule)

@@ -87,9 +87,35 @@ def _clean(sentence: str) -> str:
     return s[:1].upper() + s[1:] if s else s
 
 
+# A question typed without its mark, as people type in a chat, by its grammar: in Chinese an
+# A-not-A verb ("是不是", "要不要", "有没有": not after 不管/无论/不论, "whether or not") or a
+# question word in a short last clause ("…在杭州，怎么弄"); in English an auxiliary before
+# its subject opening the sentence ("is it daft to…", "should I…"; "can you…" asks the
+# assistant to do something, see _ASKS_TO_DO, and is not read as a question without its mark).
+_ZH_A_NOT_A = re.compile(r"(?<!不管)(?<!无论)(?<!不论)([\u4e00-\u9fff])[不没]\1")
+_ZH_WH = re.compile(r"怎么|怎样|什么|为什么|为啥|咋|哪|谁|多少|几时|几点|几个")
+_ZH_SHORT_CLAUSE = 5  # characters: "怎么弄", "要多少钱"; not "我不知道怎么写" (a statement)
+_EN_INVERTED = re.compile(r"^((is|are|was|were)\s+(i|it|we|he|she|they|there|this|that|these|"
+                          r"those)|(do|does|did|should|shall|am)\s+(i|it|we|he|she|they))\b", re.I)
+
+
 def is_question(text: str) -> bool:
-    """The sentence asks something ("…?", "…吗") rather than stating a rule."""
-    return bool(_QUESTION.search(_QUOTED.sub(" ", normalize(text)).strip().rstrip(" .。")))
+    """The sentence asks something ("…?", "…吗", or a question without its mark: "…，是不是
+    该换了", "…，怎么弄", "is it worth it") rather than stating a rule."""
+    s = _QUOTED.sub(" ", normalize(text)).strip().rstrip(" .。!！")
+    if _QUESTION.search(s) or _EN_INVERTED.search(s):
+        return True
+    last = [c for c in _CLAUSE.split(s) if c.strip()][-1:] or [""]
+    last_zh = "".join(ch for ch in last[0] if "\u4e00" <= ch <= "\u9fff")
+    return bool(_ZH_A_NOT_A.search(last_zh)) or (
+        0 < len(last_zh) <= _ZH_SHORT_CLAUSE and bool(_ZH_WH.search(last_zh)))
+
+
+def asks_about_self(sentence: str) -> bool:
+    """A question that asks for information about the user's own case ("要不要换电池", "How much
+    per litre?"), not one that asks the assistant to do something ("Could you also list
+    them?", "能不能一条一条列出来")."""
+    return is_question(sentence) and not _ASKS_TO_DO.search(sentence)
 
 
 def is_rule_sentence(sentence: str) -> bool:

@@ -339,6 +339,39 @@ def test_vet_uses_the_turns_to_generalize_and_keeps_a_stated_constraint():
     assert vet_candidate(c, said, "", [said]) is not None
 
 
+@pytest.mark.parametrize("text,asks", [
+    ("电动车电池好像不行了，充满电才跑十来公里，是不是该换了", True),   # A-not-A, no mark
+    ("还有个事，我妈的社保卡丢了，要补办，在杭州，怎么弄", True),       # a short "how" clause
+    ("is it daft to pay off my car finance early", True),              # aux before subject
+    ("不管是不是周末，都要提醒我", False),                              # "whether or not"
+    ("我不知道怎么写", False),                                          # an embedded question
+    ("能不能拆成一步一步的，前面标上1、2、3，我照着做", False),
+    ("Do not put prices in the captions", False),
+    ("Have this ready by nine", False),
+])
+def test_a_question_typed_without_its_mark_is_a_question(text, asks):
+    from engine.learning.rules import is_question
+    assert is_question(text) is asks
+
+
+def test_a_rule_that_is_the_users_own_question_said_again_is_dropped():
+    turns = ["手机号想携号转网，从移动转电信，要怎么弄",
+             "能不能拆成一步一步的，前面标上1、2、3，我照着做",
+             "还有个事，我妈的社保卡丢了，要补办，在杭州，怎么弄"]
+    c = Candidate(name="社保卡补办", description="x", constraints=["我妈的社保卡丢了，要补办，在杭州"],
+                  confidence=0.9)
+    assert vet_candidate(c, "\n".join(turns), "", turns) is not None
+    # the format asked of the assistant, though said as a question, is a rule
+    c = Candidate(name="办事步骤标号", description="x", constraints=["拆成一步一步的，前面标上1、2、3"],
+                  confidence=0.9)
+    assert vet_candidate(c, "\n".join(turns), "", turns) is None
+    # a fact said inside a question is a part of it, and stays
+    said = "I'm vegan, so what could I cook for six friends on Saturday?"
+    c = Candidate(name="Vegan food", description="x", constraints=["The user is vegan: no meat"],
+                  confidence=0.9)
+    assert vet_candidate(c, said, "", [said]) is None
+
+
 def test_the_models_keep_score_decides_a_rule_where_it_answers():
     said = "I'm allergic to peanuts. Suggest a snack for the train."
     own_words = "Avoid all products containing peanuts"  # one word of the user's: ungrounded
