@@ -88,11 +88,15 @@ def _clean(sentence: str) -> str:
 
 
 # A question typed without its mark, as people type in a chat, by its grammar: in Chinese an
-# A-not-A verb ("是不是", "要不要", "有没有": not after 不管/无论/不论, "whether or not") or a
-# question word in a short last clause ("…在杭州，怎么弄"); in English an auxiliary before
-# its subject opening the sentence ("is it daft to…", "should I…"; "can you…" asks the
-# assistant to do something, see _ASKS_TO_DO, and is not read as a question without its mark).
-_ZH_A_NOT_A = re.compile(r"(?<!不管)(?<!无论)(?<!不论)([\u4e00-\u9fff])[不没]\1")
+# A-not-A verb in the last clause ("是不是", "要不要", "有没有"), unless a verb before it takes
+# it as an embedded question or it means "whether or not" ("检查有没有错别字", "不管是不是周末":
+# statements, and may be rules), or a question word in a short last clause ("…在杭州，怎么
+# 弄"); in English an auxiliary before its subject opening the sentence ("is it daft to…",
+# "should I…"; "can you…" asks the assistant to do something, see _ASKS_TO_DO, and is not read
+# as a question without its mark).
+_ZH_A_NOT_A = re.compile(r"([\u4e00-\u9fff])[不没]\1")
+_ZH_EMBEDS = re.compile(r"不管|无论|不论|检查|看看|看一下|确认|核对|查|问问|知道|判断|注意|说明|"
+                        r"写明|标明|告诉|提醒")
 _ZH_WH = re.compile(r"怎么|怎样|什么|为什么|为啥|咋|哪|谁|多少|几时|几点|几个")
 _ZH_SHORT_CLAUSE = 5  # characters: "怎么弄", "要多少钱"; not "我不知道怎么写" (a statement)
 _EN_INVERTED = re.compile(r"^((is|are|was|were)\s+(i|it|we|he|she|they|there|this|that|these|"
@@ -107,8 +111,10 @@ def is_question(text: str) -> bool:
         return True
     last = [c for c in _CLAUSE.split(s) if c.strip()][-1:] or [""]
     last_zh = "".join(ch for ch in last[0] if "\u4e00" <= ch <= "\u9fff")
-    return bool(_ZH_A_NOT_A.search(last_zh)) or (
-        0 < len(last_zh) <= _ZH_SHORT_CLAUSE and bool(_ZH_WH.search(last_zh)))
+    a_not_a = _ZH_A_NOT_A.search(last_zh)
+    if a_not_a and not _ZH_EMBEDS.search(last_zh[:a_not_a.start()]):
+        return True
+    return 0 < len(last_zh) <= _ZH_SHORT_CLAUSE and bool(_ZH_WH.search(last_zh))
 
 
 def asks_about_self(sentence: str) -> bool:

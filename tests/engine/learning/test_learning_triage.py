@@ -344,6 +344,7 @@ def test_vet_uses_the_turns_to_generalize_and_keeps_a_stated_constraint():
     ("还有个事，我妈的社保卡丢了，要补办，在杭州，怎么弄", True),       # a short "how" clause
     ("is it daft to pay off my car finance early", True),              # aux before subject
     ("不管是不是周末，都要提醒我", False),                              # "whether or not"
+    ("每次都帮我检查有没有错别字", False),                              # an embedded question
     ("我不知道怎么写", False),                                          # an embedded question
     ("能不能拆成一步一步的，前面标上1、2、3，我照着做", False),
     ("Do not put prices in the captions", False),
