@@ -36,6 +36,15 @@ class Neighbour:
     score: float
     dense: float | None = None
     lexical: float | None = None
+    # P(related) of the candidate's rules alone to this skill (Pipeline.neighbours): what the
+    # merge gate reads. ``score`` is the whole candidate's, triggers included, and a model
+    # gives facts of one area the same triggers ("推荐菜谱", "吃什么好" for a peanut allergy
+    # and for diabetes: P 0.98 with them, 0.33 for the rule alone). None: read ``score``.
+    rule_score: float | None = None
+
+    @property
+    def related(self) -> float:
+        return self.score if self.rule_score is None else self.rule_score
 
 
 # (add | merge | discard, the skill it is about, why)
@@ -114,7 +123,7 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             # because it was learned from it, so they say nothing of a second task's rule
             # (read two-task chats: 10 of 26 merged the second task's rule into the first)
             return "merge", n, f"{reason} (the skill is what was asked for)"
-        if related is not None and n.score < related:
+        if related is not None and n.related < related:
             # not the task asked for, and not a skill retrieval would serve for the rule: a
             # neighbour of the same area is no home for it ("I have high blood pressure" is
             # no rule of a seafood-allergy skill); the same rule said again, or taken back, is
@@ -122,7 +131,7 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             # Pipeline.neighbours' extra one, is scored against the request: reaching η
             # there means retrieval serves it for what was asked, which is as good a home.)
             return "add", None, (f"{reason} — overruled: {n.skill.title} is not related to "
-                                 f"this rule (P(related) {n.score:.2f} < {related:.2f})")
+                                 f"this rule (P(related) {n.related:.2f} < {related:.2f})")
         if not content_tokens(request) and not speaks_of(c, theirs):
             # a fact said alone, with nothing asked ("I'm on a strict keto diet."): no task
             # places it, so it goes into a skill only to refine or take back one of its

@@ -673,6 +673,11 @@ class Pipeline:
         seen = {h.skill.path for h in out}
         extra = [h for h in self._user_hits(asked, self.top_m) if h.skill.path not in seen] \
             if asked else []
+        if out and c.constraints:  # what the merge gate reads (Neighbour.rule_score)
+            by_rules = {h.skill.path: h.score for h in self._user_hits(
+                "\n".join(c.constraints[:4]), len(out) + 8)}
+            for h in out:
+                h.rule_score = by_rules.get(h.skill.path, 0.0)
         return out[:self.top_m - 1] + extra[:1] + out[self.top_m - 1:]
 
     def _user_hits(self, query: str, k: int) -> list[Neighbour]:

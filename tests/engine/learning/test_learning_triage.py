@@ -915,6 +915,28 @@ def test_a_later_rule_merges_into_this_chats_own_skill_only_where_it_names_its_t
         assert decision == expected, (key, reason)
 
 
+def test_a_fact_is_no_rule_of_a_skill_that_shares_only_its_triggers():
+    """The merge gate reads the rules' P(related) (Neighbour.rule_score), not the whole
+    candidate's: a model gives two facts of one area the same triggers (Qwen2.5-1.5B: "推荐菜
+    谱", "吃什么好" for a peanut allergy and for diabetes, P 0.98 with them, 0.33 without)."""
+    from engine.learning.judge import Neighbour, judge_llm
+
+    peanut = Candidate(name="花生过敏", description="用户对花生过敏。",
+                       constraints=["我对花生过敏，沾一点就浑身起疹子。"],
+                       triggers=["推荐菜谱", "吃什么好"]).to_skill(
+        source="extracted", source_turns=["t1@chat one"])
+    rule = "饮食建议照顾糖尿病，少糖"
+    new = Candidate(name="糖尿病患者", description="用户是糖尿病患者。", constraints=[rule],
+                    triggers=["推荐菜谱", "吃什么好"])
+    asked = "我有糖尿病，一直在打胰岛素。"
+    for rule_score, expected in ((0.33, "add"), (0.6, "merge"), (None, "merge")):
+        decision, _, reason = judge_llm(LLMClient(MergesIntoFirst([rule])), new,
+                                        [Neighbour(peanut, 0.98, rule_score=rule_score)],
+                                        asked, "chat two", 0.45)
+        assert decision == expected, (rule_score, reason)
+        assert ("is not related to this rule" in reason) == (expected == "add"), reason
+
+
 def test_a_rule_for_a_skill_the_bank_had_merges_though_the_request_repeats_its_rules(tmp_path):
     """A request that lists what the skill already says is still a request for that skill's
     task (fresh25: a booking request naming what "Booking confirmations" says lost its merge
