@@ -300,12 +300,14 @@ def own_sentence(rules: list[str], turns: list[str]) -> str | None:
 
 
 def statements(turns: list[str]) -> list[str]:
-    """The sentences of ``turns`` that could state a rule: quotes taken out, questions left
-    out (a question is a request, never a rule)."""
+    """The sentences of ``turns`` that could state a rule: quotes and the material a request
+    hands over after a colon taken out, questions left out (a question is a request, never a
+    rule)."""
     out = []
     for turn in turns:
         for m in SENTENCE.finditer(turn):
-            sent = _QUOTED.sub(" ", m[0]).strip(" ,;；")
+            # and the material a request hands over ("Summarize this for me: <the text>")
+            sent = _CONTENT_AFTER_COLON.sub("", _QUOTED.sub(" ", m[0])).strip(" ,;；")
             if sent and not _QUESTION.search(sent):
                 out.append(sent)
     return out

@@ -1081,3 +1081,12 @@ def test_a_fact_said_alone_merges_only_where_it_speaks_of_one_of_the_skills_rule
     assert (done.kind == "merge" and done.skill.id == diet.id) == merged, done.reason
     if not merged:
         assert "overruled: said with nothing asked" in done.reason
+
+
+def test_the_material_a_request_hands_over_is_no_sentence_to_quote_as_a_rule():
+    """Qwen2.5-1.5B's quote step once picked "Summarize this for me: <the news>" over "Please
+    start the summary with a one-line TL;DR." (P 0.63): the handed-over text is no option."""
+    from engine.learning.rules import statements
+    said = ("Summarize this for me: our team moved the release to Friday because QA found a "
+            "crash in the login screen. Please start the summary with a one-line TL;DR.")
+    assert statements([said]) == ["Please start the summary with a one-line TL;DR."]
