@@ -450,9 +450,9 @@ class SkillDesk(SkillManagement):
         client = LLMClient(worker, priority=BACKGROUND)
         return Pipeline(self.bank, self.user, client, search=self.neighbours,
                         refresh=lambda paths: self.refresh(paths),
-                        related=self._related())
+                        eta=self._eta())
 
-    def _related(self) -> float | None:
+    def _eta(self) -> float | None:
         """η, where the index scores P(related): the judge's bar for a merge into a skill whose
         task the user was not asking for (engine/learning/judge.py)."""
         p = self.index.params

@@ -43,7 +43,8 @@ class Neighbour:
     rule_score: float | None = None
 
     @property
-    def related(self) -> float:
+    def rule_p(self) -> float:
+        """What the merge gate reads: ``rule_score`` where it was set, else ``score``."""
         return self.score if self.rule_score is None else self.rule_score
 
 
@@ -56,7 +57,7 @@ def skill_text(s: Skill) -> str:
 
 
 def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = "",
-              key: str = "", related: float | None = None) -> Judgement:
+              key: str = "", eta: float | None = None) -> Judgement:
     """The model's add / merge / discard for ``c`` among the ``same`` skills it is shown,
     read with what the user was ``asked`` when they said it, then held to the checks: a merge
     goes only into a skill it was shown, into the one its reason names, never across named
@@ -64,7 +65,7 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
     for (and it was not written by this conversation, whose
     :func:`~engine.learning.pipeline.conversation_key` is ``key``); a discard only where the
     skill says the rule. Where the scores are retrieval's P(related), a merge into a skill whose
-    task was not asked for needs that P to reach η, ``related`` (None: word checks only)."""
+    task was not asked for needs that P to reach ``eta`` (None: word checks only)."""
     lines = "\n".join(f"{i}. {Candidate.from_skill(n.skill).summary()}"
                       for i, n in enumerate(same, 1))
     try:
@@ -123,7 +124,7 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             # because it was learned from it, so they say nothing of a second task's rule
             # (read two-task chats: 10 of 26 merged the second task's rule into the first)
             return "merge", n, f"{reason} (the skill is what was asked for)"
-        if related is not None and n.related < related:
+        if eta is not None and n.rule_p < eta:
             # not the task asked for, and not a skill retrieval would serve for the rule: a
             # neighbour of the same area is no home for it ("I have high blood pressure" is
             # no rule of a seafood-allergy skill); the same rule said again, or taken back, is
@@ -131,7 +132,7 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             # Pipeline.neighbours' extra one, is scored against the request: reaching η
             # there means retrieval serves it for what was asked, which is as good a home.)
             return "add", None, (f"{reason} — overruled: {n.skill.title} is not related to "
-                                 f"this rule (P(related) {n.related:.2f} < {related:.2f})")
+                                 f"this rule (P(related) {n.rule_p:.2f} < {eta:.2f})")
         if not content_tokens(request) and not speaks_of(c, theirs):
             # a fact said alone, with nothing asked ("I'm on a strict keto diet."): no task
             # places it, so it goes into a skill only to refine or take back one of its

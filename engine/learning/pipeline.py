@@ -119,7 +119,7 @@ class Pipeline:
                  search: Search | None = None,
                  refresh: Callable[[list[Path]], Any] | None = None,
                  policy: dict[str, str] | None = None, top_m: int = TOP_M,
-                 related: float | None = None):
+                 eta: float | None = None):
         self.bank, self.user, self.llm = bank, user, llm
         self.search = search or lexical_search(bank, user)
         self.refresh = refresh or (lambda paths: None)
@@ -128,7 +128,7 @@ class Pipeline:
         if llm is None:  # no model: only what rules can do
             self.policy.update(extract="rule", judge="rule", merge="rule")
         self.top_m = top_m
-        self.related = related  # η, where ``search`` scores are retrieval's P(related)
+        self.eta = eta  # η, where ``search`` scores are retrieval's P(related)
         self.triaged: dict[int, float] = {}
         self.quoted: dict[tuple, list[float] | None] = {}  # quote answers of this run
         self.users: list[triage.UserTurn] = []  # the user's turns of the conversation
@@ -705,7 +705,7 @@ class Pipeline:
             return self.add(c, turn_id, f"no similar {c.level} skill yet")
         if self.policy["judge"] == "llm" and self.llm is not None:
             decision, target, reason = judge_llm(self.llm, c, same, asked, self.key,
-                                                 self.related)
+                                                 self.eta)
         else:
             decision, target, reason = judge_rule(c, same)
         if decision == "add":

@@ -827,7 +827,7 @@ def test_the_desks_pipeline_judges_merges_by_the_chats_relevance_bar(tmp_path, e
     desk = open_desk(tmp_path / "bank", embedder, ModelWorker(OracleLLM(PEOPLE["p-en-pirate"])))
     try:
         eta = desk.config.retrieval.min_relevance
-        assert eta > 0 and desk.pipeline().related == eta
+        assert eta > 0 and desk.pipeline().eta == eta
         assert all(0.0 <= n.score <= 1.0 for n in desk.neighbours("write a report", 3))
     finally:
         desk.close()
@@ -858,7 +858,7 @@ def test_a_rule_merges_only_into_the_task_asked_for_or_a_skill_retrieval_relates
     def search(query, k):  # the desk's neighbour search: retrieval's P(related) as the score
         return [Neighbour(bank.read(home.path), related)]
 
-    pipeline = Pipeline(bank, "default", LLMClient(model), search=search, related=0.45)
+    pipeline = Pipeline(bank, "default", LLMClient(model), search=search, eta=0.45)
     [done] = [a for a in pipeline.run([U(first), A("Got it.")], "turn")
               if a.kind in ("add", "merge")]
     assert done.kind == kind and (done.skill.id == home.id) == (kind == "merge"), \
