@@ -70,3 +70,33 @@ def test_two_facts_said_alone_stay_two_skills(qwen_path, tmp_path):
         assert not any(kind == "merge" and sid in first for kind, sid, _ in written[1]), written
     finally:
         desk.close()
+
+
+def test_a_fact_said_beside_a_request_is_learned_not_the_request(qwen_path, tmp_path):
+    """A lasting fact about the user said in passing beside a one-time request (the usual way
+    people say them): the skill written is what the fact changes, and the request's case (its
+    season, who comes along) is in none of it."""
+    from engine import SkillDesk
+
+    cfg = Settings()
+    cfg.model.model = str(qwen_path)
+    cfg.model.n_threads = 2
+    cfg.model.temperature = 0.0
+    desk = SkillDesk.open(tmp_path / "bank", config=cfg, create=True)
+    said = ("can you suggest a weekend away for me and my partner in late spring? we'd go by "
+            "train. I'm hard of hearing, so loud places like busy bars or live music are no fun "
+            "for me")
+    reply = ("Here are three quiet weekends away by train: a coastal town out of season, a "
+             "cathedral city with small restaurants, and a lakeside village with walks.")
+    try:
+        report = desk.ingest([{"role": "user", "content": said},
+                              {"role": "assistant", "content": reply}], wait=True)
+        written = [a.skill for a in report.actions if a.kind in ("add", "merge") and a.skill]
+        why = [(a.kind, a.reason) for a in report.actions]
+        assert written, why
+        for s in written:
+            text = f"{s.name}\n{s.description}\n{s.instructions}".lower()
+            assert "hearing" in text or "loud" in text, (s.name, s.instructions, why)
+            assert "spring" not in text and "partner" not in text, (s.name, s.instructions)
+    finally:
+        desk.close()
