@@ -683,14 +683,12 @@ def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
     ``replace.md``, :meth:`~engine.learning.pipeline.Pipeline.takes_back`), asked of every old
     rule, whether the merge model kept it or not: the merge model keeps the rule a
     contradiction takes back (read fresh37-52: the old rule stayed in 15 of 16 contradiction
-    scenarios). The check also says "taken back" of rules the user still holds: on the read
-    PrefEval merges (22, different facts judged one task: "Avoid cooked foods" beside "Avoid
-    spicy foods") it said so of 8 of 25 old rules, asked of each alone at the bar of then. So
-    one rule at most goes (:meth:`~engine.learning.pipeline.Pipeline.takes_back`), and the
-    only rule of a skill goes only where the merge model left it out too: it has no other
-    rule to be ranked against. Without the model, a rule the merge left out goes when a new
-    rule corrects it (:func:`corrects`, word overlap), and a rule it kept stays. Any other
-    rule it left out comes back. A rule the model rewrote into a new rule is not "kept". The old wording of a
+    scenarios). The only rule of a skill goes only where the merge model left it out too: a
+    second fact of one area judged the same task ("Avoid cooked foods" into a spicy-food
+    skill, read PrefEval) is no contradiction of it, and a skill of one rule has no other rule
+    for the replace check to rank it against. Without the model, a rule the merge left out goes when a new rule corrects it
+    (:func:`corrects`, word overlap), and a rule it kept stays. Any other rule it left out
+    comes back. A rule the model rewrote into a new rule is not "kept". The old wording of a
     rule that goes stays in the skill's history (every write keeps the previous version).
 
     The description and goal stay the skill's own unless the model's wording still says all
