@@ -70,15 +70,10 @@ EXTRACT_MIN_P = 0.3
 # turn that was not durable reached in triage: fifth round's mean triage over the five read
 # splits, 0.9 (one follow-up question scored 0.89); 8 of 97 durable turns reach it.
 TRIAGE_SURE_P = 0.9
-# A merge drops the one rule of the skill that the model's P(the user's new message means it
-# must no longer be followed) ranks first, when that P reaches this (``replace.md``; asked of
-# every old rule; :meth:`Pipeline.takes_back`). `skilldesk bench replace` on the read splits
-# fresh37-52 (146 pairs: every merge's message against each rule of its target, 16 rules a
-# contradiction takes back), AUC 0.95 but P crowded at 0.5-0.7: the top rule at 0.60 / 0.62 /
-# 0.64 found 10 / 9 / 7 of the 16 and dropped 6 / 3 / 2 of the 130 that stand; any rule at
-# the old bar 0.7 found 3 and dropped 1 (asked only of the rules the merge model left out, it
-# found 1: the merge model keeps the rule a contradiction takes back).
-REPLACE_MIN_P = 0.62
+# A merge drops a rule the skill had, and the merge model left out, when the model's P(the
+# user's new message means it must no longer be followed) reaches this (``replace.md``;
+# `skilldesk bench replace`; :meth:`Pipeline.takes_back`).
+REPLACE_MIN_P = 0.7
 # The quote step (:meth:`Pipeline.quote`) counts the sentence the model points at when its P
 # reaches QUOTE_MIN_P (a majority), and runs only after a cue word or where triage's P(durable)
 # reached QUOTE_TRIAGE_P: a rescue of rules the model could not ground asks for surer evidence
@@ -792,28 +787,20 @@ class Pipeline:
         return Action("error", skill=target, candidate=c, step="merge",
                       reason=f"{target.title} kept changing on disk; the merge was not written")
 
-    def takes_back(self, c: Candidate) -> Callable[[list[str]], set[str]] | None:
-        """Which of a skill's rules the user's message behind ``c`` takes back: the model's
-        P(yes) on ``replace.md``, asked of every old rule (:func:`repair_merge`; the merge
-        prompt's own ``replaced`` list names few: of the 16 read contradiction scenarios, 1).
-        At most one goes, the rule ranked first, when its P reaches :data:`REPLACE_MIN_P`: a
-        message that adds a detail still scores 0.5-0.7 on some rules, but rarely above the
-        rule it contradicts. A skill of one rule keeps it unless the merge model also left it
-        out (a second fact of one area judged the same task, "Avoid cooked foods" into a
-        spicy-food skill, is no contradiction of its only rule). None where token
-        probabilities cannot be read (then a rule a new one corrects goes)."""
+    def takes_back(self, c: Candidate) -> Callable[[str], bool] | None:
+        """Whether the user's message behind ``c`` takes an old rule back: the model's P(yes)
+        on ``replace.md`` against :data:`REPLACE_MIN_P`, asked of the rules the merge left out
+        without naming them (:func:`repair_merge`): the merge prompt's own ``replaced`` list
+        names few (the 16 read contradiction scenarios: the old rule went in 1). None where
+        token probabilities cannot be read (then a rule a new one corrects goes)."""
         if not c.said or self.llm is None or not self.llm.scores_tokens:
             return None
 
-        def check(olds: list[str]) -> set[str]:
-            scored = [(p, old) for old in olds
-                      if (p := self.replace_score(c.said, old)) is not None]
-            for p, old in scored:
-                log.info("evolution: replace check %r: P %.2f", clip(old, 60), p)
-            if not scored:
-                return set()
-            p, old = max(scored)
-            return {old} if p >= REPLACE_MIN_P else set()
+        def check(old: str) -> bool:
+            p = self.replace_score(c.said, old)
+            log.info("evolution: replace check %r: P %s", clip(old, 60),
+                     "n/a" if p is None else f"{p:.2f}")
+            return p is not None and p >= REPLACE_MIN_P
         return check
 
     def replace_score(self, said: str, rule: str) -> float | None:
