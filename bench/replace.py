@@ -7,7 +7,8 @@ message holding the item's evidence, against every rule of the target skill. A r
 rule, "A reward star for each chore done" for "we've switched to pocket money"), and *kept*
 otherwise — the other rules of a contradicted skill and every rule of a skill a plain merge
 adds to. The table gives, per bar (``REPLACE_MIN_P``), the replaced rules found and the kept
-rules wrongly dropped, with the AUC. Nothing is written.
+rules wrongly dropped, with the AUC, for every rule over the bar and for the one the pipeline
+may drop (the rule ranked first among its skill's). Nothing is written.
 
     skilldesk bench replace --model recommended --scenarios people,people_fresh,...
 """
@@ -24,7 +25,7 @@ from bench.learning_scenarios import load_scenarios
 from bench.triage import auc as roc_auc
 from engine.text import normalize
 
-BARS = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+BARS = (0.3, 0.5, 0.6, 0.62, 0.64, 0.7, 0.8, 0.9)
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
@@ -65,18 +66,34 @@ def auc(rows: list[dict[str, Any]]) -> float | None:
                    [r["p"] for r in rows if not r["replaced"] and r["p"] is not None])
 
 
+def first_ranked(rows: list[dict[str, Any]]) -> set[int]:
+    """Indices of the rows whose rule the replace check ranks first among its skill's rules
+    (one merge: the same scenario and message), where the skill has two rules or more: what
+    the pipeline may take back (:meth:`Pipeline.takes_back`)."""
+    merges: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(rows):
+        merges.setdefault((r["id"], r["said"]), []).append(i)
+    return {max(ix, key=lambda i: rows[i]["p"] or 0.0) for ix in merges.values() if len(ix) > 1}
+
+
 def table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
     pos = sum(r["replaced"] for r in rows)
     neg = len(rows) - pos
     a = auc(rows)
+    top = first_ranked(rows)
     lines = [f"{pos} replaced rules, {neg} kept rules; AUC "
-             f"{'n/a' if a is None else f'{a:.3f}'}",
-             "bar    replaced found   kept dropped",
-             "-----  --------------   ------------"]
+             f"{'n/a' if a is None else f'{a:.3f}'}; 'first' = only the rule ranked first "
+             "among its skill's (two rules or more) counts, as the pipeline decides",
+             "bar    replaced found   kept dropped   first: found   first: dropped",
+             "-----  --------------   ------------   ------------   --------------"]
     for bar in bars:
-        tp = sum(1 for r in rows if r["replaced"] and (r["p"] or 0.0) >= bar)
-        fp = sum(1 for r in rows if not r["replaced"] and (r["p"] or 0.0) >= bar)
-        lines.append(f"{bar:<5}  {tp:>3}/{pos:<10}   {fp:>3}/{neg}")
+        hit = [i for i, r in enumerate(rows) if (r["p"] or 0.0) >= bar]
+        tp = sum(1 for i in hit if rows[i]["replaced"])
+        fp = len(hit) - tp
+        ttp = sum(1 for i in hit if i in top and rows[i]["replaced"])
+        tfp = sum(1 for i in hit if i in top and not rows[i]["replaced"])
+        lines.append(f"{bar:<5}  {tp:>3}/{pos:<10}   {fp:>3}/{neg:<8}   {ttp:>3}/{pos:<8}   "
+                     f"{tfp:>3}/{neg}")
     return "\n".join(lines)
 
 

@@ -660,11 +660,12 @@ class ReplaceScored(OracleLLM):
 
 
 @pytest.mark.parametrize("p,leave_out,dropped", [(0.9, True, True), (0.2, True, False),
-                                                 (0.9, False, False)])
+                                                 (0.9, False, True), (0.6, False, False)])
 def test_a_merge_drops_the_old_rule_the_users_new_message_replaces(tmp_path, p, leave_out,
                                                                     dropped):
-    """An old rule goes only when the merge left it out and the replace check says the user's
-    message takes it back; a rule the merge kept is never asked about."""
+    """Every old rule is asked about, and the one the replace check ranks first goes when its
+    P reaches the bar, whether the merge model left it out or kept it (the 1.5B merge model
+    kept the contradicted rule in 15 of 16 read contradiction scenarios)."""
     bank = SkillBank(tmp_path / "bank")
     chart = bank.create(Candidate(name="Chore charts", description="Chore charts.",
                                   constraints=["One column per child",
@@ -677,17 +678,96 @@ def test_a_merge_drops_the_old_rule_the_users_new_message_replaces(tmp_path, p, 
     llm = ReplaceScored("star", p, leave_out)
     pipe = Pipeline(bank, "default", LLMClient(llm))
     pipe.checkpoint = lambda: None
-    done = pipe.merge(new, chart, None, "same task")
+    done = pipe.merge(new, chart, None, "same task",
+                      asked=f"Make this week's chore chart for the kids / {new.said}")
     body = bank.read(done.skill.path).instructions
     assert "what it pays" in body and "One column per child" in body
     assert ("reward star" in body) is not dropped
-    assert llm.asked == (["A reward star for each chore done"] if leave_out else [])
+    assert llm.asked == ["One column per child", "A reward star for each chore done"]
     assert any("replaced rule" in n for n in done.notes) is dropped
     assert bank.read(done.skill.path).description == "Chore charts."  # never "Pay per chore."
     assert done.replaced == (["A reward star for each chore done"] if dropped else [])
     # the event log the Learning panel shows says so
     assert ("replaced rule 'A reward star" in event_reason(done)) is dropped
     assert done.previous_version  # the old wording is one undo away
+
+
+class ReplaceScoredMany(ReplaceScored):
+    """P(yes) per saved rule from ``scores`` (by a word the rule holds), 0.05 for the rest."""
+
+    def __init__(self, scores: dict[str, float], leave_out: str = ""):
+        super().__init__(leave_out or "\x00", 0.0, bool(leave_out))
+        self.scores = scores
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        rule = messages[-1]["content"].rsplit("Saved rule:", 1)[1]
+        self.asked.append(rule.strip())
+        yes = next((p for w, p in self.scores.items() if w in rule), 0.05)
+        return {"yes": math.log(yes), "no": math.log(1 - yes)}
+
+
+def _merged_rules(tmp_path, rules, llm):
+    bank = SkillBank(tmp_path / "bank")
+    skill = bank.create(Candidate(name="Class emails", description="Class emails.",
+                                  constraints=rules, triggers=["email the class"]).to_skill(),
+                        "default")
+    new = Candidate(name="Class emails", description="Class emails.",
+                    constraints=["Say there is no class on bank holidays"],
+                    said="put in that there's no class on bank holidays")
+    pipe = Pipeline(bank, "default", LLMClient(llm))
+    pipe.checkpoint = lambda: None
+    done = pipe.merge(new, skill, None, "same task",
+                      asked=f"email the class about next week / {new.said}")
+    return bank.read(done.skill.path).instructions
+
+
+def test_a_merge_takes_back_one_rule_at_most_the_one_ranked_first(tmp_path):
+    """A message that adds a detail still scores 0.5-0.7 on some rules (read fresh37-52): two
+    rules over the bar, only the first goes."""
+    body = _merged_rules(tmp_path, ["Bring a yoga mat", "Say the start time", "Say the room"],
+                         ReplaceScoredMany({"mat": 0.8, "room": 0.7}))
+    assert "yoga mat" not in body and "the room" in body and "start time" in body
+    assert "bank holidays" in body
+
+
+@pytest.mark.parametrize("leave_out,stays", [("", True), ("mat", False)])
+def test_the_only_rule_of_a_skill_goes_only_where_the_merge_left_it_out(tmp_path, leave_out,
+                                                                        stays):
+    """One rule has nothing to be ranked against: a second fact of one area judged the same
+    task scores high on it too. It goes where the merge model left it out as well."""
+    body = _merged_rules(tmp_path, ["Bring a yoga mat"],
+                         ReplaceScoredMany({"mat": 0.9}, leave_out=leave_out))
+    assert ("yoga mat" in body) is stays and "bank holidays" in body
+
+
+@pytest.mark.parametrize("request_first,leave_out,asked", [
+    (False, "", []), (False, "gluten", []), (False, "peanuts", []),
+    (True, "", ["Never suggest gluten-containing foods", "Avoid all foods containing peanuts"])])
+def test_a_fact_said_alone_is_not_asked_whether_it_takes_a_rule_back(tmp_path, request_first,
+                                                                     leave_out, asked):
+    """The replace check reads one fact as taking back another of its area (read PrefEval
+    620..659: a shellfish allergy scored 0.75 and 0.74 on a gluten and a peanut rule). Said
+    alone, a fact is not asked about and no rule goes, not even one the merge model left out
+    that shares its words ("foods containing"); said for a request (a follow-up in a task),
+    every rule is asked and the one ranked first goes."""
+    bank = SkillBank(tmp_path / "bank")
+    food = bank.create(Candidate(name="Foods to avoid", description="Foods the user avoids.",
+                                 constraints=["Never suggest gluten-containing foods",
+                                              "Avoid all foods containing peanuts"],
+                                 triggers=["suggest a recipe"]).to_skill(), "default")
+    said = "I have a severe allergy to shellfish, so I cannot eat any seafood."
+    new = Candidate(name="Foods to avoid", description="Foods the user avoids.",
+                    constraints=["Avoid all foods containing seafood or shellfish"], said=said)
+    llm = ReplaceScoredMany({"gluten": 0.75, "peanuts": 0.74}, leave_out=leave_out)
+    pipe = Pipeline(bank, "default", LLMClient(llm))
+    pipe.checkpoint = lambda: None
+    done = pipe.merge(new, food, None, "same task",
+                      asked=f"plan dinners for the week / {said}" if request_first else said)
+    body = bank.read(done.skill.path).instructions
+    assert llm.asked == asked
+    assert "seafood" in body and "peanuts" in body
+    assert ("gluten" in body) is not request_first
+    assert done.replaced == (["Never suggest gluten-containing foods"] if request_first else [])
 
 
 def test_bench_replace_labels_the_contradicted_rule_and_tabulates_bars():
@@ -707,6 +787,10 @@ def test_bench_replace_labels_the_contradicted_rule_and_tabulates_bars():
     assert auc(rows) == 1.0
     text = replace_table(rows, bars=(0.5, 0.9))
     assert "0.5      1/1              0/1" in text and "0.9      0/1              0/1" in text
+    assert "0.5      1/1              0/1            1/1            0/1" in text
+    rows[0]["p"] = 0.85  # the rule that stands ranked first: the pipeline would drop it
+    text = replace_table(rows, bars=(0.5,))
+    assert "0.5      1/1              1/1            0/1            1/1" in text
 
 
 @pytest.mark.parametrize("rule,learned", [

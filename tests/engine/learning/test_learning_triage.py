@@ -449,13 +449,13 @@ def test_a_merge_of_another_fact_keeps_the_old_rule_and_what_the_skill_is_about(
         return m
     asked: list[str] = []
     merged = model_merge()
-    repair_merge(merged, ex, new, takes_back=lambda old: asked.append(old) or False)
-    assert asked == ["Avoid spicy foods"]  # only the rule the merge left out is asked about
+    repair_merge(merged, ex, new, takes_back=lambda olds: asked.extend(olds) or set())
+    assert asked == ["Avoid spicy foods"]  # the skill's rules are asked about
     assert merged.constraints == ["Avoid cooked foods", "Avoid spicy foods"]
     assert (merged.description, merged.goal) == (ex.description, ex.goal)
     # the user's message takes it back: the old rule goes, the skill may say what it is now
     merged = model_merge()
-    notes = repair_merge(merged, ex, new, takes_back=lambda old: True)
+    notes = repair_merge(merged, ex, new, takes_back=set)
     assert merged.constraints == ["Avoid cooked foods"] and any("replaced" in n for n in notes)
     assert merged.description == "The user follows a strict raw food diet."
 
