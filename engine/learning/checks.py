@@ -690,9 +690,9 @@ def repair_merge(merged: Candidate, existing: Candidate, new: Candidate,
     "change the payment bit…"; for a fact said alone ``takes_back`` takes back nothing), one
     rule at most goes (:meth:`~engine.learning.pipeline.Pipeline.takes_back`), and the only
     rule of a skill goes only where the merge model left it out too: it has no other rule to
-    be ranked against. Without ``takes_back``, a rule the merge left out goes when a new rule corrects
-    it (:func:`corrects`, word overlap), and a rule it kept stays. Any other rule it left out
-    comes back. A rule the model rewrote into a new rule is not "kept". The old wording of a
+    be ranked against. Without ``takes_back`` (no token probabilities), a rule the merge left
+    out goes when a new rule corrects it (:func:`corrects`, word overlap), and a rule it kept
+    stays. Any other rule it left out comes back. A rule the model rewrote into a new rule is not "kept". The old wording of a
     rule that goes stays in the skill's history (every write keeps the previous version).
 
     The description and goal stay the skill's own unless the model's wording still says all

@@ -813,8 +813,8 @@ class Pipeline:
         shellfish allergy against that and the peanut rule), and 5 of that run's 6 merges
         were facts said alone. Such a fact takes back only what the merge model names as
         replaced: not a rule sharing its words either (:func:`corrects` read "Avoid
-        mass-produced furniture" as a rewrite of "Avoid furniture with glass", and the
-        replayed base code lost 2 of those 6 merges' old rules, the new 1, that way). None
+        mass-produced furniture" as a rewrite of "Avoid furniture with glass": those 6 merges
+        replayed lost 2 old rules when the check was asked, 1 with that fallback, 0 now). None
         where token probabilities cannot be read (a rule the merge left out goes when a new
         one corrects it)."""
         if not c.said or self.llm is None or not self.llm.scores_tokens:
