@@ -218,11 +218,11 @@ def test_qwen_replace_check_ranks_the_contradicted_rule_above_the_ones_that_stan
 
 
 def test_qwen_merge_of_another_fact_keeps_the_old_rule_and_the_skills_description(pipeline):
-    """A merge on the recommended model, the whole path (merge prompt, repair, replace check,
-    write): a second fact of the same area judged the same task. The merge model keeps the old
-    fact's rule; the replace check alone reads the new message as taking it back (P 0.72 at
-    19985b8, which dropped it), and a rule the merge kept is never dropped by that check
-    alone. The skill's description stays its own."""
+    """A merge on the recommended model, the whole path (merge prompt, repair, write): a
+    second fact of the same area, said alone, judged the same task. The replace check would
+    read the new message as taking the old fact back (P 0.72 at 19985b8, which dropped it): a
+    fact said alone is not asked, and the old rule stays. The skill's description stays its
+    own."""
     from engine.learning.candidate import Candidate
 
     bank = pipeline.bank
@@ -234,12 +234,40 @@ def test_qwen_merge_of_another_fact_keeps_the_old_rule_and_the_skills_descriptio
                     goal="Keep every suggestion within this.",
                     constraints=["Never suggest phone apps"], triggers=["suggest a tool"],
                     said="I don't own a smartphone and don't want one.")
-    done = pipeline.merge(new, media, None, "same task")
+    done = pipeline.merge(new, media, None, "same task", asked=new.said)
     assert done.kind == "merge", done.reason
     written = bank.read(done.skill.path)
     assert "social media" in written.instructions and "phone apps" in written.instructions, (
         written.instructions, done.notes)
     assert written.description == "The user does not use social media."
+
+
+def test_qwen_merge_of_a_follow_up_takes_back_the_rule_it_contradicts(pipeline):
+    """The whole merge path on the recommended model for a rule said for a request (a
+    follow-up in a task): the replace check is asked of every old rule, and the one the new
+    rule contradicts goes, whether the merge model kept it or not; the others stay."""
+    from engine.learning.candidate import Candidate
+
+    bank = pipeline.bank
+    minutes = bank.create(Candidate(
+        name="Meeting minutes", description="Minutes of the residents' meetings.",
+        constraints=["List who attended at the top", "Write the minutes as full paragraphs",
+                     "Put the action items last"],
+        triggers=["write up the minutes"]).to_skill(), "default")
+    # the message of the replace check's own test above (this wording without "From now on"
+    # scored 0.56 on the contradicted rule: under the bar, so nothing went)
+    said = ("Nobody reads the long version on their phone. From now on send the minutes as "
+            "five bullet points instead of full paragraphs.")
+    new = Candidate(name="Meeting minutes", description="Minutes of the residents' meetings.",
+                    constraints=["Send the minutes as five bullet points"],
+                    triggers=["write up the minutes"], said=said)
+    done = pipeline.merge(new, minutes, None, "same task",
+                          asked=f"Write up the minutes of tonight's residents' meeting. / {said}")
+    assert done.kind == "merge", done.reason
+    body = bank.read(done.skill.path).instructions
+    assert "full paragraphs" not in body and "bullet points" in body, (body, done.notes)
+    assert "who attended" in body and "action items" in body, (body, done.notes)
+    assert done.replaced == ["Write the minutes as full paragraphs"]
 
 
 @pytest.mark.parametrize("rule, words", [
