@@ -191,8 +191,9 @@ def test_open_in_editor_runs_the_configured_command(tmp_path, qtbot):
     cmd = f"{sys.executable} -c \"import sys,pathlib; pathlib.Path(sys.argv[1]).write_text(sys.argv[2])\" {marker} {{path}}"
     msg = open_in_editor(target, cmd)
     assert msg.startswith("Opened in")
-    qtbot.waitUntil(marker.exists, timeout=10000)
-    assert marker.read_text() == str(target)
+    # the editor creates the file before it writes to it: wait for what it wrote
+    qtbot.waitUntil(lambda: marker.exists() and marker.read_text() == str(target),
+                    timeout=10000)
 
 
 def test_starter_bank_on_first_run(tmp_path):
