@@ -613,16 +613,6 @@ def says_already(c: Candidate, existing: Candidate) -> bool:
     return bool(c.constraints) and all(says(r) for r in c.constraints)
 
 
-def speaks_of(c: Candidate, existing: Candidate) -> bool:
-    """Whether one of ``existing``'s rules names something ``c``'s rules name (a word of the
-    rules' own, not how rules are said: ``RULE_WORDS``): the new rule refines or takes back
-    one of its rules ("Eat fish again" beside "No meat or fish"), rather than stating another
-    thing of the same area ("Follow a keto diet" beside "Avoid high-FODMAP foods"; not the
-    description, whose "diet" both would share)."""
-    return bool(said_words("\n".join(c.constraints))
-                & content_tokens("\n".join(existing.constraints)))
-
-
 def known_already(c: Candidate, existing: Candidate) -> bool:
     """Every rule of ``c`` is already one of ``existing``'s rules (nearly word for word, or its
     words all found in one rule and the skill: "in Python use type hints" vs "use type hints")."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from engine.bank.skill import Skill
 from engine.errors import Cancelled, SkillDeskError, StructuredOutputError
 from engine.learning.candidate import Candidate
-from engine.learning.checks import request_part, says_already, speaks_of, task_words
+from engine.learning.checks import request_part, says_already, task_words
 from engine.learning.rules import named_tools
 from engine.llm.client import LLMClient
 from engine.text import clip, content_tokens, coverage, jaccard
@@ -133,17 +133,24 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             # there means retrieval serves it for what was asked, which is as good a home.)
             return "add", None, (f"{reason} — overruled: {n.skill.title} is not related to "
                                  f"this rule (P(related) {n.rule_p:.2f} < {eta:.2f})")
-        if not content_tokens(request) and not speaks_of(c, theirs):
+        if not content_tokens(request):
             # a fact said alone, with nothing asked ("I'm on a strict keto diet."): no task
-            # places it, so it goes into a skill only to refine or take back one of its
-            # rules. The judge took the same area for the same thing (PrefEval 180..259,
-            # read: 13 of its 14 merges put one preference into another's skill: "Follow a
-            # keto diet" into "Low-FODMAP diet", "Never suggest honey, gelatin or whey" into
-            # "Vegan makeup", "Choose devices with physical keyboards" into "Reliability
-            # concerns"), and the rule was then filed under a name retrieval does not find
-            # it by
-            return "add", None, (f"{reason} — overruled: said with nothing asked, and "
-                                 f"{n.skill.title} has no rule about what it says")
+            # places it, and it is a skill of its own. The judge took the same area for the
+            # same thing (PrefEval 180..259, read: 13 of its 14 merges put one preference
+            # into another's skill: "Follow a keto diet" into "Low-FODMAP diet"), and the
+            # rule was then filed under a title and description retrieval does not find it
+            # by. Letting through those that share a word with one of the skill's rules, to
+            # refine or take it back, let in the area's words as well (PrefEval 620..699,
+            # read: 8 of 11 such merges put another preference into a skill — a peanut
+            # allergy into "Gluten-free diet", loud music into "Solitary fitness"; a merged
+            # preference's skill was injected for 4 of its 11 questions, an added one's for
+            # 52 of 66), and neither the replace check nor the merge model's own "replaced"
+            # tells a fact that takes a rule back from another fact of its area: both took
+            # "Never suggest gluten-containing foods" back for a peanut allergy. A fact that
+            # does take one back ("I eat fish again") is kept beside it, never lost; the old
+            # rule is the user's to remove
+            return "add", None, (f"{reason} — overruled: said with nothing asked, a fact "
+                                 "is a skill of its own")
         overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]), theirs.text)
         if n.score < MERGE_FLOOR and overlap < 0.1:  # a merge into an unrelated skill
             return "add", None, (f"{reason} — overruled: {n.skill.title} is unrelated "

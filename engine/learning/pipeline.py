@@ -811,10 +811,11 @@ class Pipeline:
         fact as taking back another of the same area (read PrefEval 620..659: 0.76 for a
         peanut allergy against "Never suggest gluten-containing foods", 0.75 and 0.74 for a
         shellfish allergy against that and the peanut rule), and 5 of that run's 6 merges
-        were facts said alone. Such a fact takes back only what the merge model names as
-        replaced: not a rule sharing its words either (:func:`corrects` read "Avoid
-        mass-produced furniture" as a rewrite of "Avoid furniture with glass": those 6 merges
-        replayed lost 2 old rules when the check was asked, 1 with that fallback, 0 now). None
+        were facts said alone. The judge now makes such a fact a skill of its own
+        (:func:`~engine.learning.judge.judge_llm`: the merge model's own "replaced" list took a
+        gluten rule back for a peanut allergy as well); should one reach a merge, it takes
+        back only what the merge model names, not a rule sharing its words (:func:`corrects`
+        read "Avoid mass-produced furniture" as a rewrite of "Avoid furniture with glass"). None
         where token probabilities cannot be read (a rule the merge left out goes when a new
         one corrects it)."""
         if not c.said or self.llm is None or not self.llm.scores_tokens:

@@ -842,10 +842,11 @@ SEAFOOD = ("Seafood allergy", "Leave out fish and shellfish")
 @pytest.mark.parametrize("first, related, skill, kind, why", [
     # said alone: no request beside it, and its words share the skill's task word "food"
     (ALONE, 0.2, SEAFOOD, "add", "Seafood allergy is not related"),
-    # retrieval relates the area, but no rule of the skill is about what the fact says
-    (ALONE, 0.8, SEAFOOD, "add", "has no rule about what it says"),
-    # a skill retrieval relates to it, with a rule about the same thing: the merge stands
-    (ALONE, 0.8, ("Heart-healthy food", "Keep salty snacks out of meal plans"), "merge", ""),
+    # retrieval relates the area (and a rule of the skill is about the same thing): a fact
+    # said alone is a skill of its own
+    (ALONE, 0.8, SEAFOOD, "add", "a fact is a skill of its own"),
+    (ALONE, 0.8, ("Heart-healthy food", "Keep salty snacks out of meal plans"), "add",
+     "a fact is a skill of its own"),
     # the same rule said beside a request for the skill's task: its task was asked for
     (f"Suggest food for a picnic. {ALONE}", 0.2, SEAFOOD, "merge", "")])
 def test_a_rule_merges_only_into_the_task_asked_for_or_a_skill_retrieval_relates_to_it(
@@ -910,7 +911,7 @@ def test_a_later_rule_merges_into_this_chats_own_skill_only_where_it_names_its_t
     model = MergesIntoFirst([rule])
     for key, expected in (("chat", kind), ("another chat", "merge")):
         decision, target, reason = judge_llm(LLMClient(model), new, [Neighbour(mine, 0.8)],
-                                             SLIP_REQUEST, key, 0.45)
+                                             f"{SLIP_REQUEST} / {rule}.", key, 0.45)
         # a skill an earlier conversation wrote is a skill the user had: the merge stands
         assert decision == expected, (key, reason)
 
@@ -1065,22 +1066,26 @@ def test_a_tweak_scoped_to_this_request_writes_no_skill(tmp_path):
     assert [a.kind for a in lasting if a.kind == "add"] == ["add"]
 
 
-@pytest.mark.parametrize("skill, rule, fact, rules, merged", [
-    # another thing of the same area: a skill of its own (PrefEval, read: "Follow a keto
-    # diet" went into "Low-FODMAP diet" and was not found under that name)
+@pytest.mark.parametrize("skill, rule, fact, rules", [
+    # another thing of the same area (PrefEval, read: "Follow a keto diet" went into
+    # "Low-FODMAP diet" and was not found under that name)
     ("Low-FODMAP diet", "Avoid high-FODMAP foods", "I'm committed to a strict keto diet.",
-     ["Follow a keto diet"], False),
-    # a fact that takes back one of the skill's rules still goes into it
+     ["Follow a keto diet"]),
+    # sharing a word of the area ("foods") with a rule (PrefEval, read: a peanut allergy
+    # merged into "Gluten-free diet", where the merge model then took the gluten rule back)
+    ("Gluten-free diet", "Never suggest gluten-containing foods",
+     "I have a severe peanut allergy, so no foods containing peanuts.",
+     ["Avoid all foods containing peanuts"]),
+    # a fact that takes one of the skill's rules back is kept beside it, not lost
     ("Vegetarian diet", "No meat or fish in any recipe",
-     "I eat fish again now, still no meat though.", ["Fish is fine again, still no meat"],
-     True)])
-def test_a_fact_said_alone_merges_only_where_it_speaks_of_one_of_the_skills_rules(
-        tmp_path, skill, rule, fact, rules, merged):
+     "I eat fish again now, still no meat though.", ["Fish is fine again, still no meat"])])
+def test_a_fact_said_alone_is_a_skill_of_its_own(tmp_path, skill, rule, fact, rules):
     bank, diet = one_skill_bank(tmp_path, skill, rule, "suggest a diet recipe")
     done = written(bank, [U(fact), A("Noted.")], MergesIntoFirst(rules, name="My diet"))
-    assert (done.kind == "merge" and done.skill.id == diet.id) == merged, done.reason
-    if not merged:
-        assert "overruled: said with nothing asked" in done.reason
+    assert done.kind == "add" and "a fact is a skill of its own" in done.reason, done.reason
+    assert rules[0] in done.skill.instructions
+    after = bank.read(diet.path)
+    assert after.version == diet.version and rule in after.instructions
 
 
 def test_the_material_a_request_hands_over_is_no_sentence_to_quote_as_a_rule():

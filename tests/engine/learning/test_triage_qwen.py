@@ -242,6 +242,37 @@ def test_qwen_merge_of_another_fact_keeps_the_old_rule_and_the_skills_descriptio
     assert written.description == "The user does not use social media."
 
 
+def test_qwen_another_fact_said_alone_is_learned_beside_the_first_never_into_it(
+        pipeline, tmp_path):
+    """The whole learning path on the recommended model (triage, extraction, judge, write)
+    for a second fact of an area said alone (PrefEval, read: a peanut allergy merged into
+    "Gluten-free diet", where the merge model then took the gluten rule back): the fact is
+    learned as a skill of its own and the first skill is not written. (The judge's decision
+    itself, merge or not, is the scripted tests' in test_learning_triage.py: asked alone
+    here, the 1.5B judge answers "already says it", which is overruled to an add.)"""
+    from engine.bank.store import SkillBank
+    from engine.learning.candidate import Candidate
+    from engine.learning.judge import Neighbour
+
+    bank = SkillBank(tmp_path / "bank")
+    gluten = bank.create(Candidate(
+        name="Gluten-free diet", description="The user has celiac disease.",
+        goal="Keep every suggestion gluten-free.",
+        constraints=["Never suggest gluten-containing foods"],
+        triggers=["what should I eat", "suggest a snack"]).to_skill(), "default")
+    p = Pipeline(bank, "default", pipeline.llm, eta=0.45,
+                 search=lambda q, k: [Neighbour(bank.read(gluten.path), 0.8)])
+    p.checkpoint = lambda: None
+    said = "I have a severe peanut allergy, so I must avoid any foods containing peanuts."
+    done = [a for a in p.run([{"role": "user", "content": said},
+                              {"role": "assistant", "content": "Noted."}], "turn")
+            if a.kind in ("add", "merge")]
+    assert [a.kind for a in done] == ["add"], [(a.kind, a.reason) for a in done]
+    assert "peanut" in done[0].skill.instructions.lower()
+    after = bank.read(gluten.path)
+    assert after.version == gluten.version and after.instructions == gluten.instructions
+
+
 def test_qwen_merge_of_a_follow_up_takes_back_the_rule_it_contradicts(pipeline):
     """The whole merge path on the recommended model for a rule said for a request (a
     follow-up in a task): the replace check is asked of every old rule, and the one the new
