@@ -148,7 +148,10 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             # tells a fact that takes a rule back from another fact of its area: both took
             # "Never suggest gluten-containing foods" back for a peanut allergy. A fact that
             # does take one back ("I eat fish again") is kept beside it, never lost; the old
-            # rule is the user's to remove
+            # rule is the user's to remove. Not discarded where the skill's words cover it
+            # either: "Fish is fine again, still no meat" has all its words in "No meat or
+            # fish in any recipe" (the same fact said again in other words may stay a second
+            # skill, which consolidation merges; a word-for-word one is known already)
             return "add", None, (f"{reason} — overruled: said with nothing asked, a fact "
                                  "is a skill of its own")
         overlap = jaccard("\n".join([c.name, *c.constraints, *c.triggers]), theirs.text)
