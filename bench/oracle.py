@@ -134,6 +134,8 @@ class OracleLLM:
         """The rule less the details named (checks.general_rules): a scripted rule never
         names a case detail, so this only answers the prompt's shape."""
         rule = prompt.split("Rule:", 1)[-1].split("\nDetails:", 1)[0].strip()
+        if "Details:" not in prompt:  # standalone.md (same answer shape): the rule as it was
+            return {"rule": rule or "rule"}
         details = prompt.rsplit("Details:", 1)[-1].split(",")
         for d in details:
             rule = rule.replace(d.strip(), "") if d.strip() else rule

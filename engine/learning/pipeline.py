@@ -27,8 +27,10 @@ from engine.learning.checks import (
     good_name,
     in_user_words,
     known_already,
+    points_back,
     repair_merge,
     request_part,
+    resolved,
     union,
     vet_candidate,
 )
@@ -213,6 +215,8 @@ class Pipeline:
                     continue
                 if evidence is not None:  # a rule said after the request, in its own turn
                     c.constraints = in_user_words(c.constraints, texts[w.focus:], requests)
+                if by_model:
+                    c.constraints = self.standalone(c.constraints, said_now)
                 vetted.append(c)
             if len(vetted) == 1 and self.policy["extract"] == "llm+rule" and not any(
                     c.startswith("model:") for c in w.cues):
@@ -632,6 +636,24 @@ class Pipeline:
         gave no usable answer."""
         return self._answer("reword", "rule", rule=clip(rule, 200),
                             details=", ".join(words[:6])) or None
+
+    def standalone(self, rules: list[str], said: str) -> list[str]:
+        """``rules``, each that points back at the message it came from ("Never suggest these
+        types of games", :func:`checks.points_back`) said in full by the model with the
+        message's words (``standalone.md``), where :func:`checks.resolved` holds; otherwise
+        as it was. A later conversation does not show the message: "Avoid these areas" says
+        nothing there, and it made a second preference ("areas with a high cost of living")
+        known already (PrefEval 700..739). Read 620..739: 7 of 9 such rules said in full, the
+        other two left as they were."""
+        out = []
+        for rule in rules:
+            new = self._answer("standalone", "rule", said=clip(scrub(said), 600),
+                               rule=clip(rule, 200)) if points_back(rule) else ""
+            if new and resolved(rule, new, said):
+                log.info("evolution: %r said in full: %r", rule, new)
+                rule = new
+            out.append(rule)
+        return dedupe(out)
 
     def name_skill(self, c: Candidate) -> str | None:
         """A name for ``c`` from its description and rules alone (``name.md``, ``name.zh.md``

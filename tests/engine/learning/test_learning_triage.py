@@ -1088,6 +1088,57 @@ def test_a_fact_said_alone_is_a_skill_of_its_own(tmp_path, skill, rule, fact, ru
     assert after.version == diet.version and rule in after.instructions
 
 
+class SaysInFull(StatedConstraint):
+    """Extraction answers one rule that points back at the message; ``standalone.md`` answers
+    ``full`` (the reword prompt has the same answer shape and a ``Details:`` line)."""
+
+    def __init__(self, rules, full: str, **kw):
+        super().__init__(rules, **kw)
+        self.full, self.asked_full = full, []
+
+    def _reword(self, prompt: str) -> dict:
+        if "Details:" in prompt:
+            return super()._reword(prompt)
+        self.asked_full.append(prompt)
+        return {"rule": self.full}
+
+
+HORROR = "I have an aversion to any form of horror or survival horror games."
+
+
+@pytest.mark.parametrize("full, kept", [
+    # what "these" points at, in the user's words
+    ("Never suggest horror or survival horror games",
+     "Never suggest horror or survival horror games"),
+    # words the user never said, a name, a rule still pointing back: the rule as it was
+    ("Never suggest scary games", "Never suggest these types of games"),
+    ("Never suggest Resident Evil games", "Never suggest these types of games"),
+    ("Never suggest these games", "Never suggest these types of games")])
+def test_a_rule_that_points_back_at_its_message_is_said_in_full(tmp_path, full, kept):
+    model = SaysInFull(["Never suggest these types of games"], full, name="Horror games")
+    done = written(SkillBank(tmp_path / "bank"), [U(HORROR), A("Noted.")], model)
+    assert done.kind == "add" and len(model.asked_full) == 1
+    assert f"Message: {HORROR}" in model.asked_full[0]
+    assert f"- {kept}\n" in done.skill.instructions + "\n", done.skill.instructions
+
+
+def test_a_rule_that_points_at_nothing_is_not_asked_to_be_said_in_full(tmp_path):
+    model = SaysInFull(["Never suggest horror games such as Dead Space"], "x",
+                       name="Horror games")
+    done = written(SkillBank(tmp_path / "bank"), [U(HORROR), A("Noted.")], model)
+    assert done.kind == "add" and model.asked_full == []
+
+
+@pytest.mark.parametrize("rule, points", [
+    ("Avoid these areas", True), ("Put this under my address", True),
+    ("Avoid foods such as nuts", False), ("Keep it under 100 words", False),
+    # not Chinese: a demonstrative there also closes a list and points at nothing
+    ("出游时别安排游船、轮渡这些项目", False)])
+def test_points_back_finds_english_demonstratives(rule, points):
+    from engine.learning.checks import points_back
+    assert points_back(rule) is points
+
+
 def test_the_material_a_request_hands_over_is_no_sentence_to_quote_as_a_rule():
     """Qwen2.5-1.5B's quote step once picked "Summarize this for me: <the news>" over "Please
     start the summary with a one-line TL;DR." (P 0.63): the handed-over text is no option."""

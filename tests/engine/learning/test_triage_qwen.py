@@ -273,6 +273,18 @@ def test_qwen_another_fact_said_alone_is_learned_beside_the_first_never_into_it(
     assert after.version == gluten.version and after.instructions == gluten.instructions
 
 
+@pytest.mark.parametrize("said, rule, word", [
+    ("Please never put olives in anything you suggest for me, the taste makes me gag.",
+     "Never suggest dishes with these", "olives"),
+    ("Boat trips make me horribly seasick, so keep ferries and cruises out of any plans.",
+     "Keep these out of travel plans", "ferries")])
+def test_qwen_says_a_rule_that_points_back_in_full(pipeline, said, rule, word):
+    """``standalone.md`` on the recommended model: what "these" points at, in the user's
+    words (the rule as extracted would say nothing in a later conversation)."""
+    [full] = pipeline.standalone([rule], said)
+    assert word in full and full != rule, full
+
+
 def test_qwen_merge_of_a_follow_up_takes_back_the_rule_it_contradicts(pipeline):
     """The whole merge path on the recommended model for a rule said for a request (a
     follow-up in a task): the replace check is asked of every old rule, and the one the new
