@@ -38,7 +38,10 @@ _PREFERENCE = re.compile(
     r"我(一直|总是|都)?(希望|想要|喜欢|要求)(你)?(总是|都|每次|一直)", re.I)
 # Material the user asks to be written, translated or fixed is content, not a rule:
 # quoted text, and what follows a colon after a request ("write a reminder: don't be late").
-_QUOTED = re.compile(r"[\"“「『‘][^\"”」』’]*[\"”」』’]|'[^']{3,}'")
+# A single quote opens a quotation only where no letter is before it and closes one only where
+# none follows: the apostrophes of "I'm allergic to cats and can't be around them" are no
+# quote (read as one, that sentence became the rule "I t be around them.").
+_QUOTED = re.compile(r"[\"“「『‘][^\"”」』’]*[\"”」』’]|(?<!\w)'[^']{3,}'(?!\w)")
 _CONTENT_AFTER_COLON = re.compile(
     r"\b(write|translate|rewrite|fix|proofread|draft|reply to|summari[sz]e|correct|polish)\b"
     r"[^:：]*[:：].*$|(写|翻译|改写|润色|修改|改得|回复|总结|改成)[^:：]*[:：].*$", re.I)

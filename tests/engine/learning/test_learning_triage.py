@@ -1139,6 +1139,21 @@ def test_points_back_finds_english_demonstratives(rule, points):
     assert points_back(rule) is points
 
 
+def test_apostrophes_are_no_quotes():
+    """Quoted text is material, not a rule, and is taken out of a sentence before it is read;
+    the apostrophes of two contractions were read as one quote ("I'm allergic to cats and
+    can't be around them" became the rule "I t be around them."; PrefEval 499)."""
+    from engine.learning.rules import is_rule_sentence, statements
+    for said in ("I'm allergic to cats and can't be around them.",
+                 "I'm on dialysis three days a week and I'm wiped out on those days."):
+        assert statements([said]) == [said]
+    assert short_name("Don't suggest anything I can't eat") == "Don't suggest anything I can't"
+    assert is_rule_sentence("Don't ever use words I can't pronounce")
+    # a real quote is still taken out, contractions around it or not
+    [s] = statements(["Don't sign off with 'Cheers mate', I'd rather you didn't."])
+    assert "Cheers" not in s and s.startswith("Don't sign off") and "I'd rather" in s
+
+
 def test_the_material_a_request_hands_over_is_no_sentence_to_quote_as_a_rule():
     """Qwen2.5-1.5B's quote step once picked "Summarize this for me: <the news>" over "Please
     start the summary with a one-line TL;DR." (P 0.63): the handed-over text is no option."""
