@@ -49,8 +49,13 @@ def language(text: str) -> str:
     return "zh" if cjk_ratio(text) >= 0.3 else "en"
 
 
+# A typographic apostrophe inside a word ("don’t", "I’m": what macOS, iOS and word processors
+# type) is the ASCII one, so cue words, tokens and comparisons read it the same.
+_APOSTROPHE = re.compile(r"(?<=\w)[’ʼ](?=\w)")
+
+
 def normalize(text: str) -> str:
-    return unicodedata.normalize("NFKC", text or "").lower().strip()
+    return _APOSTROPHE.sub("'", unicodedata.normalize("NFKC", text or "")).lower().strip()
 
 
 def _stem(word: str) -> str:

@@ -59,6 +59,16 @@ def test_gate_finds_durable_cues(text):
     assert gate.windows([U(text)], "turn"), text
 
 
+def test_typographic_apostrophes_read_as_plain_ones():
+    """What macOS, iOS and word processors type: "Don’t" is "Don't" to the cue words and the
+    tokens (a curly "Don’t use emoji" had no cue; "don’t" was the token "don")."""
+    from engine.text import content_tokens, normalize
+    assert gate.signal("Don’t use emoji in replies.").correction == ["don't use"]
+    assert content_tokens("I can’t eat gluten, it’s Dani’s rule") == content_tokens(
+        "I can't eat gluten, it's Dani's rule")
+    assert normalize("‘Cheers’ isn’t OK") == "‘cheers’ isn't ok"  # quotes stay quotes
+
+
 @pytest.mark.parametrize("messages", [
     [U("Translate 'good morning' into Spanish."), A("Buenos días.")],
     [U("Give me a pancake recipe."), A("..."), U("Thanks! How long per side?")],
