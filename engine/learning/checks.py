@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from engine.learning.candidate import Candidate
 from engine.learning.rules import (
+    QUOTED,
     SENTENCE,
     asks_about_self,
     is_question,
@@ -135,7 +136,6 @@ def grounded(rule: str, user_toks: set[str], user_text: str) -> bool:
     return len(chars & set(normalize(user_text))) / len(chars) >= 0.6
 
 
-_QUOTE = re.compile(r"[\"“「『‘][^\"”」』’]*[\"”」』’]|(?<!\w)'[^']{2,}'(?!\w)")
 MERGE_SOURCED = 0.7  # share of a merged rule's words that the skill's or the new rules must hold
 MAX_TRIGGER_CHARS = 60  # a trigger is a short request a user would type, not a pasted sentence
 
@@ -204,7 +204,7 @@ def _specific(text: str, names_only: bool = False) -> set[str]:
     only the names with ``names_only``."""
     out = set()
     if not names_only:
-        for m in _QUOTE.finditer(text):
+        for m in QUOTED.finditer(text):
             out |= content_tokens(m[0])
         out |= {m for m in _NUM.findall(text)}
     for m in _CAP.finditer(text):
@@ -245,7 +245,7 @@ def case_details(turns: list[str], rules: list[str], *, topic: bool = False,
     named = set().union(*(_specific(t, names_only=True) for t in ruled)) - said - tools
     if not ruled or not (asked or named):
         return set()
-    keep = (content_tokens(_QUOTE.sub(" ", "\n".join(ruled))) - named) | tools
+    keep = (content_tokens(QUOTED.sub(" ", "\n".join(ruled))) - named) | tools
     found = set().union(named, *(_specific(t) for t in asked))
     if topic:
         keep |= said
@@ -270,7 +270,7 @@ def _beside(turns: list[str], rules: list[str]) -> set[str]:
     for t in turns:
         for m in SENTENCE.finditer(t):
             if not is_question(m[0]) and any(a and a in m[0] for a in anchors):
-                out |= content_tokens(_QUOTE.sub(" ", m[0]))
+                out |= content_tokens(QUOTED.sub(" ", m[0]))
     return out
 
 
@@ -565,7 +565,7 @@ def in_user_words(rules: list[str], said: list[str], requests: Sequence[str]) ->
     """
     sents = [(s, toks) for s, toks in ((m[0].strip(" ,;；，"), content_tokens(m[0]))
                                        for t in said for m in SENTENCE.finditer(t))
-             if toks and not is_question(s) and not _QUOTE.search(s)]
+             if toks and not is_question(s) and not QUOTED.search(s)]
     asked = content_tokens("\n".join(requests))
     ruled = content_tokens("\n".join(rules))
     out = []

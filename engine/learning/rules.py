@@ -40,8 +40,9 @@ _PREFERENCE = re.compile(
 # quoted text, and what follows a colon after a request ("write a reminder: don't be late").
 # A single quote opens a quotation only where no letter is before it and closes one only where
 # none follows: the apostrophes of "I'm allergic to cats and can't be around them" are no
-# quote (read as one, that sentence became the rule "I t be around them.").
-_QUOTED = re.compile(r"[\"“「『‘][^\"”」』’]*[\"”」』’]|(?<!\w)'[^']{3,}'(?!\w)")
+# quote (read as one, that sentence became the rule "I t be around them."). checks.py reads
+# the same spans as a request's instance (quoted text).
+QUOTED = re.compile(r"[\"“「『‘][^\"”」』’]*[\"”」』’]|(?<!\w)'[^']{2,}'(?!\w)")
 _CONTENT_AFTER_COLON = re.compile(
     r"\b(write|translate|rewrite|fix|proofread|draft|reply to|summari[sz]e|correct|polish)\b"
     r"[^:：]*[:：].*$|(写|翻译|改写|润色|修改|改得|回复|总结|改成)[^:：]*[:：].*$", re.I)
@@ -109,7 +110,7 @@ _EN_INVERTED = re.compile(r"^((is|are|was|were)\s+(i|it|we|he|she|they|there|thi
 def is_question(text: str) -> bool:
     """The sentence asks something ("…?", "…吗", or a question without its mark: "…，是不是
     该换了", "…，怎么弄", "is it worth it") rather than stating a rule."""
-    s = _QUOTED.sub(" ", normalize(text)).strip().rstrip(" .。!！")
+    s = QUOTED.sub(" ", normalize(text)).strip().rstrip(" .。!！")
     if _QUESTION.search(s) or _EN_INVERTED.search(s):
         return True
     last = [c for c in _CLAUSE.split(s) if c.strip()][-1:] or [""]
@@ -128,7 +129,7 @@ def asks_about_self(sentence: str) -> bool:
 
 
 def is_rule_sentence(sentence: str) -> bool:
-    s = _CONTENT_AFTER_COLON.sub("", _QUOTED.sub(" ", normalize(sentence))).strip()
+    s = _CONTENT_AFTER_COLON.sub("", QUOTED.sub(" ", normalize(sentence))).strip()
     if _FUTURE.search(s):
         return True
     if _QUESTION.search(s.rstrip(" .。")):
@@ -172,7 +173,7 @@ _COND = re.compile(r"^(whenever|when|if|each time|every ?time|any ?time)\s+(you\
 def short_name(rule: str) -> str:
     """A short title from a rule, never the raw sentence: its first clause, at most four
     content words (English) or eight characters (Chinese), without quoted text."""
-    rule = _QUOTED.sub(" ", rule)
+    rule = QUOTED.sub(" ", rule)
     rule = re.sub(r"\bshould (always )?(be )?", lambda m: "are " if m[2] else "", rule, count=1)
     first = re.split(r"[，,。：:；()（）]|;(?!\w)", rule, maxsplit=1)[0].strip() or rule
     first = _COND.sub("", first).strip() or first  # "Whenever you write X" → "write X"
@@ -310,7 +311,7 @@ def statements(turns: list[str]) -> list[str]:
     for turn in turns:
         for m in SENTENCE.finditer(turn):
             # and the material a request hands over ("Summarize this for me: <the text>")
-            sent = _CONTENT_AFTER_COLON.sub("", _QUOTED.sub(" ", m[0])).strip(" ,;；")
+            sent = _CONTENT_AFTER_COLON.sub("", QUOTED.sub(" ", m[0])).strip(" ,;；")
             if sent and not _QUESTION.search(sent):
                 out.append(sent)
     return out

@@ -1152,6 +1152,11 @@ def test_apostrophes_are_no_quotes():
     # a real quote is still taken out, contractions around it or not
     [s] = statements(["Don't sign off with 'Cheers mate', I'd rather you didn't."])
     assert "Cheers" not in s and s.startswith("Don't sign off") and "I'd rather" in s
+    # one quote pattern for the rule steps and the checks: a two-letter quote is material too
+    [s] = statements(["Way too corporate, there's no 'we', it's just me in a shed."])
+    assert "we" not in s.split() and "just me" in s
+    from engine.learning.checks import _specific
+    assert "we" in _specific("there's no 'we', it's just me")
 
 
 def test_the_material_a_request_hands_over_is_no_sentence_to_quote_as_a_rule():
