@@ -336,11 +336,12 @@ def test_a_prepared_turn_answers_from_the_prompt_evaluated_while_typing(qwen_des
 @pytest.mark.model
 @pytest.mark.slow
 def test_qwen_keeps_a_skill_about_the_user_for_a_request_it_changes(qwen_path):
-    """A skill about the user (a diet, a way of learning) fits a request whose answer it
-    should change and no unrelated question. The prompt says so with one example (a
-    vegetarian and a dinner); with the first prompt and its bar (0.6) the vegan skill was
-    dropped from a dinner request (P 0.53). The 1.5B model follows it only in part: a fear of
-    heights under a holiday request scored 0.22 when written."""
+    """A skill about the user (a diet, a way of learning, a fear) fits a request whose answer
+    it should change, in any area, and no unrelated question. With the first prompt and its bar
+    (0.6) the vegan skill was dropped from a dinner request (P 0.53); until the prompt said a
+    fact fits in any area, even when it says what the user avoids, a fear of heights under a
+    sightseeing request scored 0.25 (now 0.86). The 1.5B model still follows it only in part:
+    "The user dislikes jazz music" under a request for a playlist scores 0.11."""
     from engine.chat.skill_filter import FIT_MIN_P, fit_probability
     from engine.llm.client import LLMClient
     from engine.llm.llama_backend import LlamaCppBackend
@@ -355,7 +356,10 @@ def test_qwen_keeps_a_skill_about_the_user_for_a_request_it_changes(qwen_path):
                  "Can you suggest a recipe for dinner tonight?", "What year did the Berlin Wall fall?"),
                 (("Hands-on learning", "The user learns best by doing, not by reading."),
                  "How should I go about learning to play the guitar?",
-                 "Who wrote Pride and Prejudice?")]:
+                 "Who wrote Pride and Prejudice?"),
+                (("Afraid of heights", "The user is afraid of heights."),
+                 "Plan a day of sightseeing in Paris for me.",
+                 "How many bones are in the human body?")]:
             hit = FakeHit(title, desc)
             hit.skill.title = title
             assert fit_probability(client, fits, hit) >= FIT_MIN_P, title
