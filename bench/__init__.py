@@ -13,7 +13,7 @@ from types import ModuleType
 from engine.errors import NotFoundError
 
 BENCHES = ["chat", "retrieval", "evolution", "triage", "replace", "instance", "prefeval", "bank",
-           "proxy", "skillx", "fuzz"]
+           "proxy", "skillx", "fuzz", "about"]
 
 
 def load(name: str) -> ModuleType:

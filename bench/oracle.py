@@ -109,7 +109,8 @@ class OracleLLM:
                 else "name" if props == {"name"}
                 else "quote" if "sentence" in props
                 else "triage" if "kind" in props
-                else "filter" if "use" in props else "merge")
+                else "filter" if "use" in props
+                else "about" if "about" in props else "merge")
         self.calls.append(kind)
         self._sleep(cancel)
         with self._lock:
@@ -125,6 +126,15 @@ class OracleLLM:
             return {"use": list(self.filter_answer)}
         shown = prompt.split("Skills:", 1)[-1]
         return {"use": [i for i in (1, 2, 3) if f"\n{i}. " in "\n" + shown]}
+
+    def _about(self, prompt: str) -> dict[str, Any]:
+        """About the user or a task (engine/learning/about.py): the expected item whose rules
+        the prompt shows says so (``"about": "user"``); a task otherwise."""
+        shown = normalize(prompt.rsplit("Skill:", 1)[-1])
+        for e in self.expect:
+            if any(normalize(r) in shown for r in e.get("constraints") or []):
+                return {"about": "user" if e.get("about") == "user" else "task"}
+        return {"about": "task"}
 
     def _rewrite(self, prompt: str) -> dict[str, Any]:
         latest = prompt.rsplit("Latest:", 1)[-1].strip()

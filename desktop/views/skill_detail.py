@@ -54,6 +54,8 @@ def open_in_editor(path: str | Path, command: str = "") -> str:
 def skill_html(skill: Skill) -> str:
     c = theme.colors()
     rows = [("Name", skill.name), ("Version", skill.version), ("Level", skill.level),
+            ("About", "you (applies in any area where it matters)" if skill.about == "user"
+             else ""),
             ("Scope", f"{skill.scope} · {skill.owner}"), ("Tags", ", ".join(skill.tags)),
             ("Triggers", "; ".join(skill.triggers)), ("Source", skill.source),
             ("Created", skill.created), ("Updated", skill.updated), ("Id", skill.id)]

@@ -44,6 +44,12 @@ def bump_version(v: str | None, part: str = "patch") -> str:
     return f"{major}.{minor}.{patch + 1}"
 
 
+def normalize_about(value: Any) -> str:
+    """``"user"`` for a skill about the user (a diet, a fear, a dislike: it applies in any
+    area), ``""`` for one about a task (the default, and anything else written there)."""
+    return "user" if str(value or "").strip().lower() == "user" else ""
+
+
 def normalize_level(value: Any) -> str:
     v = str(value or "").strip().lower()
     return v if v in LEVELS else DEFAULT_LEVEL
@@ -60,6 +66,7 @@ class Skill:
     id: str = field(default_factory=new_id)
     version: str = "0.1.0"
     level: str = DEFAULT_LEVEL
+    about: str = ""  # "user": the skill says something about the user, not about a task
     triggers: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
     examples: list[Any] = field(default_factory=list)
@@ -83,6 +90,7 @@ class Skill:
 
     def __post_init__(self) -> None:
         self.level = normalize_level(self.level)
+        self.about = normalize_about(self.about)
         if not self.title:
             self.title = self.name
 

@@ -20,6 +20,10 @@ validator (``skills-ref``) accepts them; AutoSkill's fields live under ``metadat
     # Goal
     ...
 
+A skill about the user rather than a task (a diet, a fear, a dislike; see
+:mod:`engine.learning.about`) also has ``about: user`` under ``metadata``; the self-filter
+judges it as such.
+
 The reader also accepts AutoSkill's legacy layout (top-level ``id``, ``version``, ``tags``,
 ``triggers``, ``examples`` and a ``## Prompt`` section in the body) and plain spec skills.
 YAML is emitted in block style only: the validator parses with strictyaml, which rejects flow
@@ -36,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from engine.bank.skill import Skill, normalize_level
+from engine.bank.skill import Skill, normalize_about, normalize_level
 from engine.errors import SkillFormatError
 from engine.fsutil import sha256_bytes
 
@@ -58,7 +62,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _FENCE = re.compile(r"^---[ \t]*\r?$", re.M)
 _LEGACY_SECTION = re.compile(r"^## (Prompt|Triggers|Examples)[ \t]*\r?$", re.M)
 # metadata keys we understand (everything else under metadata is preserved verbatim)
-_META_KEYS = ("id", "title", "version", "level", "tags", "triggers", "examples", "created",
+_META_KEYS = ("id", "title", "version", "level", "about", "tags", "triggers", "examples", "created",
               "updated", "source", "source_turns")
 
 
@@ -253,6 +257,7 @@ def parse(data: bytes | str, path: str | Path | None = None, *, scope: str = "us
         id=text("id") or _stable_id(spath, name),
         version=text("version") or "0.1.0",
         level=normalize_level(text("level")),
+        about=normalize_about(text("about")),
         triggers=_str_list(field("triggers"), "triggers", spath),
         tags=_str_list(field("tags"), "tags", spath),
         examples=list(examples) if isinstance(examples, (list, tuple)) else [examples],
@@ -351,6 +356,7 @@ def render(skill: Skill) -> str:
         "title": skill.title if skill.title != skill.name else "",
         "version": skill.version,
         "level": skill.level,
+        "about": skill.about,
         "tags": skill.tags,
         "triggers": skill.triggers,
         "examples": skill.examples,

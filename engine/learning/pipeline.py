@@ -21,7 +21,7 @@ from typing import Any
 from engine.bank.skill import Skill
 from engine.bank.store import SkillBank
 from engine.errors import Cancelled, ConflictError, SkillDeskError, StructuredOutputError
-from engine.learning import triage
+from engine.learning import about, triage
 from engine.learning.candidate import Candidate
 from engine.learning.checks import (
     good_name,
@@ -758,10 +758,27 @@ class Pipeline:
             if new:
                 c.triggers = [new if t == c.name else t for t in c.triggers]
                 c.name = new
-        skill = c.to_skill(source="extracted", source_turns=self.source(turn_id))
+        skill = c.to_skill(source="extracted", source_turns=self.source(turn_id),
+                           about=self.about(c))
         written = self.bank.create(skill, self.user, source="extracted")
         self._refresh(written)
         return Action("add", skill=written, candidate=c, step="write", reason=reason)
+
+    def about(self, c: Candidate) -> str:
+        """``"user"`` when the model reads the new skill as about the user (a diet, a fear, a
+        dislike: :mod:`engine.learning.about`), else ``""``; the self-filter judges it by
+        that. Asked only where the model extracts (the tiny tier runs no self-filter); a
+        failed answer leaves it a task skill, as every skill was before."""
+        if not self.by_model:
+            return ""
+        try:
+            p = about.p_about_user(self.llm, c.name, c.description, c.constraints)
+        except Cancelled:
+            raise
+        except (SkillDeskError, ValueError, KeyError) as exc:
+            log.info("about: no usable answer, a task skill: %s", exc)
+            return ""
+        return "user" if p >= about.ABOUT_USER_MIN_P else ""
 
     def merge(self, c: Candidate, target: Skill, turn_id: str | None, reason: str,
               asked: str = "") -> Action:
