@@ -417,10 +417,12 @@ class SkillDesk(SkillManagement):
             return None
         if not callable(getattr(worker.backend, "prefill", None)):
             return None
-        prompt = LLMClient(worker, priority=BACKGROUND).prompt("filter")
+        client = LLMClient(worker, priority=BACKGROUND)
         # empty inputs: the rendered prompt is the fixed part plus a few template tokens
-        fixed = prompt.render(request="", skills="")
-        lines = [prompt.render(request="", skills=skill_filter.candidate_line(s))
+        fixed = client.prompt("filter").render(request="", skills="")
+        # each skill with the prompt that judges it (a skill about the user has its own)
+        lines = [client.prompt(skill_filter.prompt_for(s)).render(
+                     request="", skills=skill_filter.candidate_line(s))
                  for s in self.most_used(PRIMED_SKILLS)]
 
         def run(b: Any, c: Any) -> int:

@@ -60,6 +60,16 @@ class Scripted:
 
 
 # ------------------------------------------------------------------------------ the logic
+def test_a_skill_about_the_user_is_judged_with_its_own_prompt():
+    """``about: user`` (engine/learning/about.py): a diet or a fear fits in any area; a task
+    skill is judged by filter.md, which never tells the model that."""
+    task, fact = FakeHit("tldr", "TL;DR first."), FakeHit("vegan", "The user is vegan.")
+    fact.skill.about = "user"
+    client = Scripted(fits={"Tldr": 0.8, "Vegan": 0.8})
+    assert self_filter(client, "Dinner ideas?", [task, fact]).hits == [task, fact]
+    assert [a[1] for a in client.asked] == ["filter", "filter_user"]
+
+
 def test_the_filter_judges_each_candidate_alone_on_titles_and_descriptions_only():
     hits = [FakeHit("rust-lexer", "Tokenize Python in Rust."), FakeHit("tldr", "TL;DR first.")]
     client = Scripted(fits={"Rust-Lexer": 0.3, "Tldr": 0.8})
@@ -336,8 +346,9 @@ def test_a_prepared_turn_answers_from_the_prompt_evaluated_while_typing(qwen_des
 @pytest.mark.model
 @pytest.mark.slow
 def test_qwen_keeps_a_skill_about_the_user_for_a_request_it_changes(qwen_path):
-    """A skill about the user (a diet, a way of learning, a fear) fits a request whose answer
-    it should change, in any area, and no unrelated question. With the first prompt and its bar
+    """A skill about the user (a diet, a way of learning, a fear; ``about: user``, judged with
+    filter_user.md) fits a request whose answer it should change, in any area, and no
+    unrelated question. With the first prompt and its bar
     (0.6) the vegan skill was dropped from a dinner request (P 0.53); until the prompt said a
     fact fits in any area, even when it says what the user avoids, a fear of heights under a
     sightseeing request scored 0.25 (now 0.86). The 1.5B model still follows it only in part:
@@ -361,7 +372,7 @@ def test_qwen_keeps_a_skill_about_the_user_for_a_request_it_changes(qwen_path):
                  "Plan a day of sightseeing in Paris for me.",
                  "How many bones are in the human body?")]:
             hit = FakeHit(title, desc)
-            hit.skill.title = title
+            hit.skill.title, hit.skill.about = title, "user"
             assert fit_probability(client, fits, hit) >= FIT_MIN_P, title
             assert fit_probability(client, unrelated, hit) < FIT_MIN_P, title
     finally:
