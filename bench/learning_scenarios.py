@@ -80,7 +80,7 @@ def seed_skill(d: dict[str, Any]) -> Skill:
                   constraints=list(d.get("constraints") or []),
                   workflow=list(d.get("workflow") or []), triggers=list(d.get("triggers") or []),
                   tags=list(d.get("tags") or []), level=d.get("level", "functional"))
-    return c.to_skill(source="imported")
+    return c.to_skill(source="imported", about=d.get("about", ""))
 
 
 def seed_bank(bank: SkillBank, user: str, scenario: dict[str, Any]) -> dict[str, Skill]:

@@ -10,6 +10,16 @@ the user wrote by hand first, then the newest (a merge appends at the end, so th
 a body are its newest), the oldest last. What was cut is named in the block ("N more rules
 not shown") and in :attr:`InjectedSkill.cut`, so the turn's details show it; a skill of which
 not even the title fits is not injected and not named.
+
+A skill about the user (``about: user``: a diet, a fear, a dislike; engine/learning/about.py)
+is rendered apart, as one line of what the user said about themselves (its description, then
+its rules; its goal, which only restates them, is left out), in :attr:`Rendered.about`: the chat
+puts those lines under "About me" before the request (``chat_about.md``, ``chat_both.md``),
+not among the skills to apply when they fit. PrefEval, the learned banks kept (so retrieval
+and the self-filter chose the same skills), Qwen2.5-Coder-1.5B, facts among the skills ->
+under "About me": items 840..879 (whose failures were read) 20/40 -> 23/40 (3 fixed, none
+broken; among the skills, "Never suggest living in hot or humid climates" led it to Houston),
+700..739 (not read) 21/40 -> 22/40 (3 fixed, 2 broken).
 """
 
 from __future__ import annotations
@@ -55,8 +65,23 @@ class Rule:
 
 @dataclass
 class Rendered:
-    text: str
-    skills: list[InjectedSkill]  # exactly the skills in ``text``, in order
+    text: str                    # the task skills' blocks
+    skills: list[InjectedSkill]  # exactly the skills in ``text`` and ``about``, in order
+    about: str = ""              # the skills about the user, one line each
+
+    @property
+    def block(self) -> str:
+        """Both parts as one text (a caller with no prompt of its own: render_context)."""
+        return "\n\n".join(t for t in (self.about, self.text) if t)
+
+
+def is_fact(skill: Skill) -> bool:
+    """A skill about the user (rendered apart, see the module docstring)."""
+    return getattr(skill, "about", "") == "user"
+
+
+def _fact_rules(skill: Skill) -> list[Rule]:
+    return [r for r in skill_rules(skill) if r.section.strip().lower() != "goal"]
 
 
 def skill_rules(skill: Skill) -> list[Rule]:
@@ -114,7 +139,14 @@ def user_written(versions: list[tuple[str, str]], current: Skill) -> set[str]:
 
 
 def _header(skill: Skill) -> str:
+    if is_fact(skill):
+        return f"- {_sentence(clip(skill.description or skill.title or skill.name, DESC_CHARS))}"
     return f'Skill "{skill.title or skill.name}": {clip(skill.description or "", DESC_CHARS)}'
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return text if not text or text[-1] in ".!?。！？…" else text + "."
 
 
 def _line(r: Rule) -> str:
@@ -126,7 +158,10 @@ def _note(cut: int) -> str:
             "context budget)")
 
 
-def _block(header: str, rules: list[Rule], cut: int) -> str:
+def _block(header: str, rules: list[Rule], cut: int, fact: bool = False) -> str:
+    if fact:  # one line: what the user said about themselves
+        return " ".join([header, *(_sentence(clip(r.text, RULE_CHARS)) for r in rules),
+                         *([_note(cut)] if cut else [])])
     lines, section = [header], None
     for r in rules:
         if r.section != section:
@@ -143,9 +178,10 @@ def _fit(skill: Skill, budget: int, edited: set[str]) -> tuple[str, list[Rule], 
     """``(block, kept, cut)``: every rule if it fits, else by priority (hand-written first,
     then newest first), shown in the body's order. ``kept`` empty and block "" when not even
     the title and the cut note fit."""
-    rules = skill_rules(skill)
+    fact = is_fact(skill)
+    rules = _fact_rules(skill) if fact else skill_rules(skill)
     header = _header(skill)
-    full = _block(header, rules, 0)
+    full = _block(header, rules, 0, fact)
     if len(full) <= budget:
         return full, rules, []
     room = budget - len(header) - len(_note(len(rules))) - 2
@@ -162,7 +198,7 @@ def _fit(skill: Skill, budget: int, edited: set[str]) -> tuple[str, list[Rule], 
             sections.add(r.section)
     kept = [r for r in rules if r.pos in kept_ids]
     cut = [r for r in rules if r.pos not in kept_ids]
-    return _block(header, kept, len(cut)), kept, cut
+    return _block(header, kept, len(cut), fact), kept, cut
 
 
 def _shares(sizes: list[int], budget: int) -> list[int]:
@@ -184,23 +220,25 @@ def render(hits: list[Any], budget: int = DEFAULT_SKILL_CHARS,
     ones split the rest); ``edited(skill)``: the skill's hand-written rules (kept first).
     """
     seps = 2 * max(0, len(hits) - 1)
-    fulls = [len(_block(_header(h.skill), skill_rules(h.skill), 0)) for h in hits]
+    fulls = [len(_block(_header(h.skill), _fact_rules(h.skill), 0, True)) if is_fact(h.skill)
+             else len(_block(_header(h.skill), skill_rules(h.skill), 0)) for h in hits]
     shares = _shares(fulls, max(0, budget - seps))
     blocks: list[str] = []
+    facts: list[str] = []
     shown: list[InjectedSkill] = []
     for h, share in zip(hits, shares, strict=True):
         mine = edited(h.skill) if edited is not None else set()
         block, kept, cut = _fit(h.skill, share, mine)
         if not block:
             continue  # not even the title fits: not injected, not named
-        blocks.append(block)
+        (facts if is_fact(h.skill) else blocks).append(block)
         shown.append(_injected(h, len(kept) + len(cut), len(kept), [r.text for r in cut]))
-    return Rendered("\n\n".join(blocks), shown)
+    return Rendered("\n\n".join(blocks), shown, "\n".join(facts))
 
 
 def render_skills(hits: list[Any], budget: int = DEFAULT_SKILL_CHARS) -> str:
     """The skill block alone (``desk.render_context``, the proxy)."""
-    return render(hits, budget).text
+    return render(hits, budget).block
 
 
 def _injected(h: Any, total: int, kept: int, cut: list[str]) -> InjectedSkill:

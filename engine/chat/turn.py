@@ -14,8 +14,10 @@
    model says fit the request; nothing retrieved, no call. The chosen skills are rendered
    (every rule, within the model's budget: engine/chat/render.py,
    engine/llm/tiers.skill_budget).
-3. Answer with P_chat (``resources/prompts/chat.md``): the user's system prompt, the history
-   as the caller sent it, and the newest request with the skill block before it. Everything
+3. Answer with P_chat (``resources/prompts/chat.md``; ``chat_about.md`` / ``chat_both.md``
+   when skills about the user are among them: those go under "About me"): the user's system
+   prompt, the history as the caller sent it, and the newest request with the skill block
+   before it. Everything
    before the newest request is the same whatever skills this turn injects, so a change of
    skills never costs the whole history's evaluation again (KV cache), only the exchange
    before it when that request was sent with a block; the rules sit next to the request they
@@ -218,7 +220,7 @@ class Turn:
         timings["rewrite_s"] = time.perf_counter() - t0
         return query, True
 
-    def chat_messages(self, skills_block: str) -> list[dict]:
+    def chat_messages(self, skills_block: str, about: str = "") -> list[dict]:
         system = self.system_prompt
         history = []
         for m in self.messages:
@@ -227,13 +229,19 @@ class Turn:
             elif m.get("role") in ("user", "assistant"):
                 history.append({"role": m["role"], "content": str(m.get("content") or "")})
         head = [{"role": "system", "content": system}] if system else []
-        if not skills_block or not history or history[-1]["role"] != "user":
+        if not (skills_block or about) or not history or history[-1]["role"] != "user":
             return [*head, *history]  # nothing applies: the user's system prompt alone
         # the skill block goes with the newest request, after the history (see the module
         # docstring): earlier turns are sent as the caller has them, so the model sees exactly
-        # this turn's skills ("Skills used") and the prefix it has evaluated stays valid
-        ask = prompts.load("chat", self.tier).render(skills=skills_block,
-                                                     request=history[-1]["content"])
+        # this turn's skills ("Skills used") and the prefix it has evaluated stays valid.
+        # Skills about the user go under "About me" (engine/chat/render.py)
+        values = {"request": history[-1]["content"]}
+        if about:
+            values["about"] = about
+        if skills_block:
+            values["skills"] = skills_block
+        name = "chat" if not about else "chat_both" if skills_block else "chat_about"
+        ask = prompts.load(name, self.tier).render(**values)
         return [*head, *history[:-1], *ask]
 
     def decide(self) -> Decision:
@@ -264,7 +272,7 @@ class Turn:
     def answer_messages(self, d: Decision) -> tuple[Any, list[dict]]:
         """The rendered skills of decision ``d`` and the messages the model answers."""
         rendered = render(d.hits, tiers.skill_budget(self.worker), edited=self.edited)
-        return rendered, self.chat_messages(rendered.text)
+        return rendered, self.chat_messages(rendered.text, rendered.about)
 
     def stream(self) -> Iterator[str]:
         t_start = time.perf_counter()

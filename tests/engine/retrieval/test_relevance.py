@@ -155,6 +155,36 @@ def test_a_seventh_merged_rule_reaches_the_prompt(make_desk):
     assert r.injected[0].rules_shown == r.injected[0].rules_total and r.injected[0].cut == []
 
 
+CAFFEINE = {"name": "No caffeine", "level": "functional", "about": "user",
+            "description": "The user cannot have caffeine",
+            "goal": "Keep every suggestion caffeine-free.",
+            "constraints": ["Never suggest drinks with caffeine", "Decaf is fine"],
+            "triggers": ["what should I drink"], "tags": ["health"]}
+
+
+def test_a_skill_about_the_user_goes_under_about_me_as_one_line(make_desk):
+    """engine/chat/render.py: a fact about the user is what the user said about themselves
+    (its description and rules; the goal only restates them), before the skills to apply."""
+    llm = RecordingOracle(reply="Dear hiring manager", tier="tiny")
+    desk = make_desk([COVER, CAFFEINE], llm=llm)
+    fact = next(s for s in desk.skills if s.about == "user")
+    desk.set_always_on(fact)
+    r = desk.chat([U("Write a cover letter for a data analyst job.")], learn=False)
+    ask = llm.sent[-1][-1]["content"]
+    assert ask.startswith("# About me\n- The user cannot have caffeine. Never suggest drinks "
+                          "with caffeine. Decaf is fine.\n\n# My saved skills")
+    assert "caffeine-free" not in ask and ask.count("caffeine") == 2
+    assert "Skill \"Cover letters for job applications\"" in ask
+    assert ask.index("Three short paragraphs") < ask.index("# My request") < ask.index("data")
+    assert [i.title for i in r.injected] == ["No caffeine", COVER["name"]]
+    # the fact alone: no skills section at all
+    desk.index.params = desk.index.params.with_(threshold=0.99)
+    desk.chat([U("What should I drink tonight?")], learn=False)
+    assert llm.sent[-1][-1]["content"] == ("# About me\n- The user cannot have caffeine. Never "
+                                           "suggest drinks with caffeine. Decaf is fine.\n\n"
+                                           "# My request\nWhat should I drink tonight?")
+
+
 def test_over_budget_keeps_hand_written_and_newest_rules_and_says_what_was_cut():
     skill = seed_skill(dict(COVER, constraints=[f"Old rule {i} " + "x" * 60
                                                 for i in range(1, 11)]))
