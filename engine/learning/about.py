@@ -6,7 +6,9 @@ applies to any request whose answer it should change, in any area; a skill about
 (:mod:`engine.chat.skill_filter`) judges the two with their own prompt: one prompt for both
 either dropped the facts from plain questions (a dislike of puzzle games read as not fitting
 "recommend some puzzle games") or, told to keep them, let more task skills into unrelated
-requests (the thirty-fourth round's note). The learning pipeline asks this when it writes a new
+requests (the thirty-fourth round's note); and the chat puts such a skill under "About me"
+rather than among the skills to apply (:mod:`engine.chat.render`). The learning pipeline asks
+this when it writes a new
 skill and records the answer as ``about: user`` in the skill's metadata; a merge keeps the
 target's. Skills written by hand or imported carry it only when their author wrote it.
 """
