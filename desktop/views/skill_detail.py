@@ -54,7 +54,7 @@ def open_in_editor(path: str | Path, command: str = "") -> str:
 def skill_html(skill: Skill) -> str:
     c = theme.colors()
     rows = [("Name", skill.name), ("Version", skill.version), ("Level", skill.level),
-            ("About", "you (applies in any area where it matters)" if skill.about == "user"
+            ("About", "you (applies in any area where it matters)" if skill.about_user
              else ""),
             ("Scope", f"{skill.scope} · {skill.owner}"), ("Tags", ", ".join(skill.tags)),
             ("Triggers", "; ".join(skill.triggers)), ("Source", skill.source),

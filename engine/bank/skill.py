@@ -99,6 +99,12 @@ class Skill:
         return self.title or self.name
 
     @property
+    def about_user(self) -> bool:
+        """The skill says something about the user (a diet, a fear, a dislike), not about a
+        task: the chat renders it apart and the self-filter judges it with its own prompt."""
+        return self.about == "user"
+
+    @property
     def dir(self) -> Path | None:
         return self.path.parent if self.path else None
 

@@ -75,11 +75,6 @@ class Rendered:
         return "\n\n".join(t for t in (self.about, self.text) if t)
 
 
-def is_fact(skill: Skill) -> bool:
-    """A skill about the user (rendered apart, see the module docstring)."""
-    return getattr(skill, "about", "") == "user"
-
-
 def _fact_rules(skill: Skill) -> list[Rule]:
     return [r for r in skill_rules(skill) if r.section.strip().lower() != "goal"]
 
@@ -139,7 +134,7 @@ def user_written(versions: list[tuple[str, str]], current: Skill) -> set[str]:
 
 
 def _header(skill: Skill) -> str:
-    if is_fact(skill):
+    if skill.about_user:
         return f"- {_sentence(clip(skill.description or skill.title or skill.name, DESC_CHARS))}"
     return f'Skill "{skill.title or skill.name}": {clip(skill.description or "", DESC_CHARS)}'
 
@@ -178,7 +173,7 @@ def _fit(skill: Skill, budget: int, edited: set[str]) -> tuple[str, list[Rule], 
     """``(block, kept, cut)``: every rule if it fits, else by priority (hand-written first,
     then newest first), shown in the body's order. ``kept`` empty and block "" when not even
     the title and the cut note fit."""
-    fact = is_fact(skill)
+    fact = skill.about_user
     rules = _fact_rules(skill) if fact else skill_rules(skill)
     header = _header(skill)
     full = _block(header, rules, 0, fact)
@@ -220,7 +215,7 @@ def render(hits: list[Any], budget: int = DEFAULT_SKILL_CHARS,
     ones split the rest); ``edited(skill)``: the skill's hand-written rules (kept first).
     """
     seps = 2 * max(0, len(hits) - 1)
-    fulls = [len(_block(_header(h.skill), _fact_rules(h.skill), 0, True)) if is_fact(h.skill)
+    fulls = [len(_block(_header(h.skill), _fact_rules(h.skill), 0, True)) if h.skill.about_user
              else len(_block(_header(h.skill), skill_rules(h.skill), 0)) for h in hits]
     shares = _shares(fulls, max(0, budget - seps))
     blocks: list[str] = []
@@ -231,7 +226,7 @@ def render(hits: list[Any], budget: int = DEFAULT_SKILL_CHARS,
         block, kept, cut = _fit(h.skill, share, mine)
         if not block:
             continue  # not even the title fits: not injected, not named
-        (facts if is_fact(h.skill) else blocks).append(block)
+        (facts if h.skill.about_user else blocks).append(block)
         shown.append(_injected(h, len(kept) + len(cut), len(kept), [r.text for r in cut]))
     return Rendered("\n\n".join(blocks), shown, "\n".join(facts))
 

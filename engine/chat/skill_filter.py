@@ -143,7 +143,7 @@ FIT_MIN_P = 0.55
 def prompt_for(skill: Any) -> str:
     """The prompt that judges ``skill``: ``filter_user.md`` for a skill about the user
     (``about: user``, :mod:`engine.learning.about`), ``filter.md`` for a task."""
-    return "filter_user" if getattr(skill, "about", "") == "user" else "filter"
+    return "filter_user" if skill.about_user else "filter"
 
 
 def fit_probability(client: Any, request: str, hit: Any) -> float:

@@ -32,9 +32,9 @@ def make_desk(tmp_path, embedder):
 
 class FakeHit:
     def __init__(self, name, desc):
-        from types import SimpleNamespace
+        from engine.bank.skill import Skill
 
-        self.skill = SimpleNamespace(name=name, title=name.title(), description=desc)
+        self.skill = Skill(name=name, title=name.title(), description=desc)
 
 
 class Scripted:
