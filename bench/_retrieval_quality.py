@@ -60,6 +60,8 @@ class Outcome:
     absent_best: float = 0.0  # best fused score once the target is removed from the bank
     split: str = ""           # "tune" | "heldout" (split_of the query skill)
     shared: int = 1           # skills with the query's trigger (> 1: no ranking can tell)
+    top: str = ""             # the key of the first selected hit ("" when none)
+    key: str = ""             # the query skill's key
 
 
 @dataclass
@@ -149,7 +151,9 @@ def run(skills: list[Skill], embedders: dict, variants: list, *, fields, instr_c
                     score = next((fz for i, fz, *_ in rank(c, p) if c.keys[i] == q.key), 0.0)
                     res.outcomes[v.name].append(Outcome(q.lang, r, score, len(chosen),
                                                         split=split_of(q.key),
-                                                        shared=q.shared))
+                                                        shared=q.shared,
+                                                        top=keys[0] if keys else "",
+                                                        key=q.key))
             if absent:
                 idx.update(removed=[q.key for q in fold_q])
                 for j, (q, qv) in enumerate(zip(fold_q, qvecs, strict=True)):
@@ -181,3 +185,33 @@ def metrics(outcomes: list[Outcome], lang: str | None = None,
             "r3": sum(o.rank is not None and o.rank <= 3 for o in sel) / n,
             "r5": sum(o.rank is not None and o.rank <= 5 for o in sel) / n,
             "mrr": sum(1.0 / o.rank for o in sel if o.rank) / n}
+
+
+def _same(a: str, b: str) -> bool:
+    return bool(a.strip()) and " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
+def copy_misses(outcomes: list[Outcome], skills: list[Skill], lang: str,
+                split: str | None = None) -> dict[str, int]:
+    """The R@1 misses whose first hit is another corpus skill with the target's very name or
+    very description (the corpus holds the same skill saved more than once): no ranking can
+    put the target above its copy. ``n``: queries, ``miss``: R@1 misses, ``name`` /
+    ``description``: misses whose first hit has the same name / the same description,
+    ``either``: one or the other."""
+    by_key = {skill_key(s): s for s in skills}
+    sel = [o for o in outcomes if o.lang == lang and (split is None or o.split == split)]
+    out = {"n": len(sel), "miss": 0, "name": 0, "description": 0, "either": 0}
+    for o in sel:
+        if o.rank == 1:
+            continue
+        out["miss"] += 1
+        t, h = by_key.get(o.key), by_key.get(o.top)
+        if t is None or h is None:
+            continue
+        name = _same(t.display_name, h.display_name)
+        desc = _same(t.description, h.description)
+        out["name"] += name
+        out["description"] += desc
+        out["either"] += name or desc
+    return out
+

@@ -190,6 +190,20 @@ def quality(skills, embedders, a, out) -> dict:
                 rows, "\nThe same, without the queries whose trigger other skills have too "
                 "(the corpus's boilerplate 'Use when the user asks for a process or checklist.':"
                 " no ranking can tell those skills apart by it)"), file=out)
+    rows = []
+    for split in [s for s in a.splits if s in Q.SPLITS]:
+        for v in [f"ranker {e}" for e in names] + [f"served {e}" for e in names]:
+            for lang in ("en", "zh"):
+                c = Q.copy_misses(res.outcomes[v], skills, lang, split)
+                n = max(c["n"], 1)
+                rows.append([f"{split}: {v}", lang.upper(), c["n"], c["miss"], c["name"],
+                             c["description"], (c["n"] - c["miss"]) / n,
+                             (c["n"] - c["miss"] + c["either"]) / n])
+    print(table(["half: ranker", "lang", "queries", "R@1 misses", "top-1 same name",
+                 "top-1 same description", "R@1", "R@1 if a copy counts"], rows,
+                "\nR@1 misses whose first hit is a copy of the target (another corpus skill "
+                "with its very name or description; no ranking can tell them apart)"),
+          file=out)
     verdict = {}
     for e in names:
         f_, b, d = (Q.metrics(res.outcomes[n]) for n in ("ranker " + e, "BM25", "dense " + e))
