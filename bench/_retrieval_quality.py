@@ -214,4 +214,3 @@ def copy_misses(outcomes: list[Outcome], skills: list[Skill], lang: str,
         out["description"] += desc
         out["either"] += name or desc
     return out
-
