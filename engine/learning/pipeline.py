@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,18 @@ EXTRACT_OPTIONS = {"none": " []", "some": ' [{"', "some_": " [{", "some_nl": " [
 # third round's triage (31 turns, 24 durable): 23/24 at 0.3, 20/24 at 0.5, 5/7 others at both.
 # The one-off turns scored 0.14 and 0.22: a thin margin; the held-out halves decide.
 EXTRACT_MIN_P = 0.3
+# The conversation's opening message is decided by one score fitted on both reads: triage's
+# P(durable) and extraction's P(a skill), a logistic fit on their logits (:func:`opening_p`).
+# Fitted on the 161 model-triaged openings of the read splits fresh53-59 (`skilldesk bench
+# triage --extract --lasting`, 26 holding a lasting rule: a firm fact said beside the request;
+# 130 not). Left out one split at a time, the fit's AUC was 0.985 (triage alone 0.94,
+# extraction alone 0.89, the quote step's P(none), which the gate asked before, added nothing:
+# weight 0.004); at P >= 0.25 it let 25 of the 26 through and 5 of the 130 others, where the
+# gate it replaces (triage's bar, then P(none) against triage, then EXTRACT_MIN_P or
+# TRIAGE_SURE_P) let 26 and 26. The bar weighs a lost rule as three false yeses (a false yes
+# is an extraction whose write was junk about half the time on those splits).
+OPENING_FIT = (2.76, 1.13, -3.55)  # × logit P(durable), × logit P(a skill), + intercept
+OPENING_MIN_P = 0.25
 # ...unless triage was sure: its P(durable) at or above this overrules extraction's "nothing"
 # (fourth round: extraction answered "nothing" (P 0.05-0.28) to "do not recap", "three
 # sentences at most" after triage's 0.84-0.93). The bar is the lowest on a 0.05 grid that no
@@ -265,6 +278,13 @@ class Pipeline:
         """The message index of the conversation's first user turn (-1: none)."""
         return self.users[0].index if self.users else -1
 
+    def opens(self, w: triage.Window) -> bool:
+        """The window's evidence is the conversation's opening message alone, let on by the
+        model's triage (not by cue words, not by a repeated format), which scored it."""
+        turns = w.turns[w.focus:]
+        return len(turns) == 1 and turns[0].index == self.opening \
+            and self.opening in self.triaged and all(c.startswith("model:") for c in w.cues)
+
     @property
     def by_model(self) -> bool:
         """The model extracts, and so words the rules (not the tiny tier, not the rules)."""
@@ -288,27 +308,10 @@ class Pipeline:
             return None
         if self.llm.scores_tokens and turns[-1].index != self.opening:
             return self._lasting(turns[-1], p, kind)
-        if p < triage.DURABLE_MIN_P:
-            return None
-        if not self.llm.scores_tokens:
-            return kind
         # the conversation's opening message: a request, and maybe a fact about the user
-        # beside it. Asked to point at the sentence that says what should last, the model
-        # answers "none" to most openings its yes/no triage let through that hold nothing
-        # lasting ("Why does my sourdough come out flat?", "Training plan for the under-9s
-        # please: …"); on later turns (tweaks, follow-ups, formats asked again) its pointing
-        # separates no better than triage (read fresh10-16: AUC 0.57 vs 0.64), so it is not
-        # asked there. The two reads are averaged, as triage's own two are: the opening goes
-        # on when P(durable) outweighs P(no sentence is meant to last). On the openings
-        # triage let through (read fresh10-16: 26 holding a lasting rule, 21 not) P(none) had
-        # AUC 0.88 where triage's P had 0.75, the average 0.90; it stops 9 of the 21 and none
-        # of the 26 (fresh17-18, read afterwards: 5 of 10, none of 7)
-        probs = self.quote_scores(statements([turns[-1].text]))
-        if probs is not None and not goes_on(p, probs[0]):
-            log.info("evolution: triage P %.2f, but no sentence is meant to last (P %.2f): %s",
-                     p, probs[0], clip(turns[-1].text, 80))
-            return None
-        return kind
+        # beside it. Past triage's bar, extraction's first decision weighs both reads
+        # (:func:`opening_p`)
+        return kind if p >= triage.DURABLE_MIN_P else None
 
     def _confirm(self, turns: list[triage.UserTurn]) -> bool:
         """A chat turn cue words found goes on where triage's P(durable) reaches its bar
@@ -420,7 +423,13 @@ class Pipeline:
             log.info("evolution: extraction P(a skill) %.3f (%s)", p,
                      clip(values["user_turns"], 80))
             sure = max((self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0)
-            if p < EXTRACT_MIN_P and sure < TRIAGE_SURE_P:
+            if self.opens(w):
+                q = opening_p(self.triaged[self.opening], p)
+                if q < OPENING_MIN_P:
+                    log.info("evolution: the opening's P(durable) from both reads %.2f < %.2f",
+                             q, OPENING_MIN_P)
+                    return [], None
+            elif p < EXTRACT_MIN_P and sure < TRIAGE_SURE_P:
                 return [], None
         if p is not None or (self.remembered and self.llm.scores_tokens):
             lang = values["lang"]
@@ -491,7 +500,7 @@ class Pipeline:
         hushed nature documentary narrator…"). The user's sentence is grounded by
         construction; it counts when its probability reaches :data:`QUOTE_MIN_P` (read after
         ``{"sentence": "``, one forward pass), or, offered alone as the conversation's
-        opening, where the opening check let it on (:meth:`opened`); None otherwise."""
+        opening, where triage's P outweighs its P(none) (:meth:`opened`); None otherwise."""
         if all(c.startswith("model:") for c in w.cues) and max(
                 (self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0) < QUOTE_TRIAGE_P:
             return None  # triage let the turn through, but not surely enough for a rescue
@@ -509,23 +518,22 @@ class Pipeline:
 
     def opened(self, w: triage.Window, p_none: float) -> bool:
         """The window's evidence is the conversation's opening message alone, and triage's
-        P(durable) for it outweighed ``p_none``, the quote step's P(no sentence is meant to
-        last) — the opening check of :meth:`_triage`, which has then already decided that
-        the message's one sentence is what lasts.
+        P(durable) for it outweighs ``p_none``, the quote step's P(no sentence is meant to
+        last): the opening's gate (:func:`opening_p`) has let it on, and its one sentence is
+        what lasts.
 
         Offered one sentence, the quote step's question is a yes/no on it, and Qwen2.5-Coder-
         1.5B leans to "none" there on lone firm facts (P(none) 0.52-0.67 on six diets, dislikes
         and fears of the read PrefEval items 260..459, triage P 0.86-0.99): a majority bar
-        would make the opening check's yes a no. Weighed against triage, as the opening check
-        weighs it, the one sentence is the rule where the model's own wording was not grounded
+        would make the gate's yes a no. Weighed against triage, the one sentence is the rule where the model's own wording was not grounded
         in it ("Limit sodium intake" for a low-sodium diet: 7 of the 21 preferences of those
         items that wrote nothing). Later turns have no such check (the lasting check asks
         another question): there a lone sentence still needs the majority."""
         turns = w.turns[w.focus:]
         if len(turns) != 1 or turns[0].index != self.opening or not self.llm.scores_tokens:
-            return False  # (a backend that cannot score tokens gets no opening check)
+            return False  # (a backend that cannot score tokens has no P to weigh)
         p = self.triaged.get(turns[0].index)
-        if p is None or not goes_on(p, p_none):  # as the opening check read it
+        if p is None or not goes_on(p, p_none):
             return False
         log.info("evolution: the opening's one sentence is the rule (triage P %.2f outweighs "
                  "P(none) %.2f)", p, p_none)
@@ -544,7 +552,7 @@ class Pipeline:
         and the keep check had kept "跟物业沟通" for a message to the caretaker.
 
         Only an answer among two or more sentences counts. Offered one sentence, the question
-        is yes or no on it, which the opening check has already weighed against triage, and
+        is yes or no on it, which the opening's gate has already decided, and
         Qwen2.5-Coder-1.5B leans to "none" there on lone firm facts triage rightly let through
         (P(none) 0.57-0.67 on five one-sentence diets and dislikes of the read PrefEval items
         260..459, triage P 0.86-0.99): counted, it cost a one-sentence fear of heights its
@@ -921,9 +929,17 @@ def asked_for(earlier: list[str], w: triage.Window) -> str:
 MAX_OPTIONS = 9  # the quote prompt's schema numbers sentences 1-9
 
 
+def opening_p(p_durable: float, p_skill: float) -> float:
+    """P(the conversation's opening message holds a lasting rule) from triage's P(durable)
+    and extraction's P(a skill): the logistic fit :data:`OPENING_FIT`."""
+    logit = lambda p: math.log(max(p, 1e-4) / max(1.0 - p, 1e-4))  # noqa: E731
+    a, b, c = OPENING_FIT
+    return 1.0 / (1.0 + math.exp(-(a * logit(p_durable) + b * logit(p_skill) + c)))
+
+
 def goes_on(p_durable: float, p_against: float) -> bool:
     """A turn triage let through goes on where triage's P(durable) is at least the second
-    look's P against it (the opening check's P(no sentence is meant to last), the lasting
+    look's P against it (the quote step's P(no sentence is meant to last), the lasting
     check's P(not wanted again)): the two reads at even odds, no constant fitted."""
     return p_durable >= p_against
 

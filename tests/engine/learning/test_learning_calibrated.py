@@ -415,23 +415,58 @@ def test_the_keep_check_never_saves_a_rule_after_the_model_answered_none(tmp_pat
 
 @pytest.mark.parametrize("p_none, rule", [
     (0.6, "I'm terrified of deep water."),  # triage's P (0.86) outweighs P(none): the sentence
-    (0.95, None)])  # P(none) outweighs triage: the opening check stops the turn
-def test_an_openings_one_sentence_is_the_rule_where_triage_outweighed_none(tmp_path, p_none,
-                                                                           rule):
+    (0.95, "Skip boat trips and beach days")])  # P(none) outweighs it: the keep check decides
+def test_an_openings_one_sentence_is_the_rule_where_triage_outweighs_none(tmp_path, p_none,
+                                                                          rule):
     """A lone firm fact opens the conversation and the model's rule shares none of its words:
-    the opening check has weighed the quote step's P(none) against triage and let it on, so the
-    user's one sentence is the rule (no majority asked of a yes/no), and the keep check is not
-    asked about the model's own wording."""
+    where triage's P outweighs the quote step's P(none), the user's one sentence is the rule
+    (no majority asked of a yes/no) and the keep check is not asked about the model's own
+    wording; where it does not, the keep check decides on that wording."""
     llm = KeepScored(["Skip boat trips and beach days"], 0.99, p_none, name="Water fear")
     actions = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run(
         [U("I'm terrified of deep water.")], "turn")
-    assert "keep" not in llm.calls
-    if rule is None:
-        assert "extract" not in llm.calls and not any(a.kind == "add" for a in actions)
-        return
+    assert ("keep" in llm.calls) is (p_none > 0.86)
     assert [a.kind for a in actions] == ["add"], [(a.kind, a.reason) for a in actions]
     assert f"- {rule}" in actions[0].skill.instructions.splitlines()
-    assert "boat" not in actions[0].skill.instructions
+
+
+class BothScored(Scored):
+    """Triage says durable with probability ``p_durable`` (both reads), extraction "a skill"
+    with ``p_skill``; every later turn is wanted again."""
+
+    def __init__(self, sc, p_durable: float, p_skill: float):
+        super().__init__(1 - p_durable, scenario=sc)
+        self.p_skill = p_skill
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        if prefix == '{"skills":':
+            self.calls.append("extract-score")
+            rest = self.p_skill / (len(options) - 1)
+            return {o: math.log(1 - self.p_skill if o == " []" else rest) for o in options}
+        return super().choice_logprobs(messages, prefix, options, cancel)
+
+
+@pytest.mark.parametrize("p_durable, p_skill, opening, later", [
+    (0.6, 0.5, False, True),   # middling on both: not at the opening; a later turn's bars pass
+    (0.5, 0.99, True, True),   # extraction sure: the opening goes on on triage's bar alone
+    (0.85, 0.5, True, True),   # triage sure: so does extraction's middling read
+    (0.6, 0.2, False, False)])  # below extraction's bar: nowhere
+def test_the_opening_is_decided_by_one_score_fitted_on_triage_and_extraction(
+        tmp_path, p_durable, p_skill, opening, later):
+    """The conversation's opening message goes on where the logistic fit of triage's P and
+    extraction's P reaches its bar (``opening_p``), not where each passes its own bar; a later
+    turn keeps its own gates (the lasting check, then extraction's bar)."""
+    sc = {"expect": [{"outcome": "add", "name": "Water fear", "evidence": "deep water",
+                      "constraints": ["No boat trips"], "keywords": ["boat"]}]}
+    said = "I'm terrified of deep water, so no boat trips on this holiday in Crete."
+    for msgs, written in (([U(said)], opening),
+                          ([U("Plan a week in Crete."), A("Day 1: ..."), U(said)], later)):
+        llm = BothScored(sc, p_durable, p_skill)
+        pipe = Pipeline(SkillBank(tmp_path / f"b{len(msgs)}"), "default", LLMClient(llm))
+        actions = pipe.run(msgs, "turn")
+        assert "extract-score" in llm.calls
+        assert any(a.kind == "add" for a in actions) is written, \
+            [(a.kind, a.reason) for a in actions]
 
 
 class QuoteScored(FixedExtract):
@@ -578,38 +613,6 @@ def test_cue_words_take_a_turn_past_the_second_looks_not_past_triage(
     llm.choice_logprobs = lambda m, prefix, o, c=None: (seen.append(prefix), real(m, prefix, o, c))[1]
     Pipeline(SkillBank(tmp_path / "bank2"), "default", LLMClient(llm)).run(CUED, "remember")
     assert "extract" in llm.calls and not any(p.startswith('{"kind"') for p in seen)
-
-
-class OpeningScored(QuoteScored):
-    """QuoteScored whose quote step answers "no sentence is meant to last" with P
-    ``p_none`` (the rest spread over the sentences)."""
-
-    def __init__(self, rules, p_none, p_triage, **kw):
-        super().__init__(rules, "", 0.0, p_triage, **kw)
-        self.p_none = p_none
-
-    def choice_logprobs(self, messages, prefix, options, cancel=None):
-        if prefix.startswith('{"sentence"'):
-            self.calls.append("quote")
-            rest = (1 - self.p_none) / (len(options) - 1)
-            return {o: math.log(self.p_none if o == "0" else rest) for o in options}
-        return super().choice_logprobs(messages, prefix, options, cancel)
-
-
-OPENING = "Why is my sourdough so dense? I bake it at 200 degrees in a fan oven."
-
-
-@pytest.mark.parametrize("history, p_triage, learned", [
-    ([], 0.6, False),   # the opening: P(nothing lasts) 0.8 outweighs triage's 0.6
-    ([], 0.9, True),    # triage's 0.9 outweighs it
-    ([U("Can you help with my baking?"), A("Of course.")], 0.6, True)])  # not the opening
-def test_an_opening_message_triage_let_through_goes_on_only_when_triage_outweighs_the_check(
-        tmp_path, history, p_triage, learned):
-    llm = OpeningScored(["Bake sourdough at 200 degrees"], 0.8, p_triage, name="Oven heat")
-    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
-        [*history, U(OPENING)], "turn")
-    assert ("extract" in llm.calls) == learned, (llm.calls, [a.reason for a in actions])
-    assert ("quote" in llm.calls) == (not history)
 
 
 @pytest.mark.parametrize("split", [s for s in SPLITS if s.startswith("fresh")])

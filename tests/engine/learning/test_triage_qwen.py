@@ -11,7 +11,8 @@ import pytest
 
 from engine.bank.store import SkillBank
 from engine.learning import Pipeline
-from engine.learning.triage import DURABLE_MIN_P, user_turns
+from engine.learning.pipeline import OPENING_MIN_P, opening_p
+from engine.learning.triage import DURABLE_MIN_P, Window, user_turns
 from engine.llm.base import GenParams
 from engine.llm.client import LLMClient
 from engine.llm.llama_backend import LlamaCppBackend
@@ -365,24 +366,25 @@ def test_qwen_quote_points_at_the_persona_sentence_and_at_none_for_a_tweak(pipel
 
 
 
-def test_qwen_opening_check_stops_a_question_triage_let_through_but_not_a_stated_fact(
+def test_qwen_opening_gate_stops_a_question_triage_let_through_but_not_a_stated_fact(
         pipeline):
-    """The opening message's second look (quote.md as a check on triage's yes): a question
-    about the user's plant, which triage lets through (P 0.54 when written), goes no further
-    when the model's P(no sentence is meant to last) outweighs triage's P; a firm fact
-    beside a request goes on, and so does the question as a later turn with no turns before
-    it to read it against (a later turn gets the lasting check, which reads them)."""
+    """The opening message's gate (:func:`opening_p`, fitted on triage's P and extraction's
+    P(a skill)): a question about the user's plant, which triage's bar lets through (P 0.54
+    when written), goes no further; a firm fact beside a request goes on."""
     basil = "My basil smells of aniseed now and the leaves are going black at the edges. " \
             "Did I overwater it?"
     coeliac = "Plan three dinners for this week. I'm coeliac, so everything has to be " \
               "gluten-free, no exceptions."
-    turn = lambda s: user_turns([{"role": "user", "content": s}])  # noqa: E731
-    pipeline.users = turn(basil)  # the conversation: its opening is message 0
-    assert pipeline.triage_score(turn(basil))[0] >= DURABLE_MIN_P
-    assert pipeline._triage(turn(basil)) is None
-    assert pipeline._triage(turn(coeliac)) is not None
-    pipeline.users = []  # the same message later, nothing read before it: triage alone
-    assert pipeline._triage(turn(basil)) is not None
+
+    def gate(said: str) -> tuple[float, float]:
+        turns = user_turns([{"role": "user", "content": said}])
+        p = pipeline.triage_score(turns)[0]
+        w = Window(turns=turns, cues=["model:constraint"])
+        return p, opening_p(p, pipeline.extract_score(pipeline.extract_values(w)))
+
+    (p_basil, basil_p), (_, coeliac_p) = gate(basil), gate(coeliac)
+    assert p_basil >= DURABLE_MIN_P
+    assert basil_p < OPENING_MIN_P <= coeliac_p, (basil_p, coeliac_p)
 
 
 @pytest.mark.parametrize("tweak, rule", [
