@@ -91,8 +91,8 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     extraction's score alone would decide (:func:`extract_table`); with ``lasting`` every
     scored later turn (and every later turn cue words found) gets ``pl``: the lasting check's
     P(wanted again), read after the user's two turns before it, as :meth:`Pipeline._lasting`
-    reads it, and a scored opening ``pq``: the opening check's P(no sentence is meant to last)
-    (:meth:`Pipeline._triage`)."""
+    reads it, and a scored opening ``pq``: the quote step's P(no sentence is meant to last),
+    which the opening's gate weighed before it was fitted on both reads (:func:`opening_p`)."""
     from engine.learning import triage
     from engine.learning.pipeline import earlier_requests
     from engine.learning.rules import statements
@@ -122,7 +122,7 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
             seg = next(w for w in passed if w.turns[-1].index == users[-1].index).turns
             row["pc"] = pipe.triage_score(seg)[0]
         if lasting and row["opening"] and row["p"] is not None:
-            # the opening check's second read: the quote step's P(no sentence is meant to last)
+            # the quote step's P(no sentence is meant to last): a candidate read for the gate
             probs = pipe.quote_scores(statements([m["content"]]))
             row["pq"] = probs[0] if probs else None
         if lasting and (row["p"] is not None or row.get("pc") is not None) \
