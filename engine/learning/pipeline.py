@@ -525,9 +525,9 @@ class Pipeline:
         Offered one sentence, the quote step's question is a yes/no on it, and Qwen2.5-Coder-
         1.5B leans to "none" there on lone firm facts (P(none) 0.52-0.67 on six diets, dislikes
         and fears of the read PrefEval items 260..459, triage P 0.86-0.99): a majority bar
-        would make the gate's yes a no. Weighed against triage, the one sentence is the rule where the model's own wording was not grounded
-        in it ("Limit sodium intake" for a low-sodium diet: 7 of the 21 preferences of those
-        items that wrote nothing). Later turns have no such check (the lasting check asks
+        would make the gate's yes a no. Weighed against triage, the one sentence is the rule
+        where the model's own wording was not grounded in it ("Limit sodium intake" for a
+        low-sodium diet: 7 of the 21 preferences of those items that wrote nothing). Later turns have no such check (the lasting check asks
         another question): there a lone sentence still needs the majority."""
         turns = w.turns[w.focus:]
         if len(turns) != 1 or turns[0].index != self.opening or not self.llm.scores_tokens:
