@@ -8,9 +8,9 @@ either dropped the facts from plain questions (a dislike of puzzle games read as
 "recommend some puzzle games") or, told to keep them, let more task skills into unrelated
 requests (the thirty-fourth round's note); and the chat puts such a skill under "About me"
 rather than among the skills to apply (:mod:`engine.chat.render`). The learning pipeline asks
-this when it writes a new
-skill and records the answer as ``about: user`` in the skill's metadata; a merge keeps the
-target's. Skills written by hand or imported carry it only when their author wrote it.
+this when it writes a new skill and records the answer as ``about: user`` in the skill's
+metadata; a merge keeps the target's. Skills written by hand or imported carry it only when
+their author wrote it.
 """
 
 from __future__ import annotations
