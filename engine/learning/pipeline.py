@@ -278,7 +278,7 @@ class Pipeline:
         """The message index of the conversation's first user turn (-1: none)."""
         return self.users[0].index if self.users else -1
 
-    def opens(self, w: triage.Window) -> bool:
+    def at_opening(self, w: triage.Window) -> bool:
         """The window's evidence is the conversation's opening message alone, let on by the
         model's triage (not by cue words, not by a repeated format), which scored it."""
         turns = w.turns[w.focus:]
@@ -423,7 +423,7 @@ class Pipeline:
             log.info("evolution: extraction P(a skill) %.3f (%s)", p,
                      clip(values["user_turns"], 80))
             sure = max((self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0)
-            if self.opens(w):
+            if self.at_opening(w):
                 q = opening_p(self.triaged[self.opening], p)
                 if q < OPENING_MIN_P:
                     log.info("evolution: the opening's P(durable) from both reads %.2f < %.2f",
