@@ -72,12 +72,13 @@ EXTRACT_MIN_P = 0.3
 # P(durable) and extraction's P(a skill), a logistic fit on their logits (:func:`opening_p`).
 # Fitted on the 161 model-triaged openings of the read splits fresh53-59 (`skilldesk bench
 # triage --extract --lasting`, 26 holding a lasting rule: a firm fact said beside the request;
-# 130 not). Left out one split at a time, the fit's AUC was 0.985 (triage alone 0.94,
-# extraction alone 0.89, the quote step's P(none), which the gate asked before, added nothing:
-# weight 0.004); at P >= 0.25 it let 25 of the 26 through and 5 of the 130 others, where the
+# 135 not). Each split scored by a fit without it, the AUC was 0.985 (triage alone 0.94,
+# extraction alone 0.89; the quote step's P(none), which the gate asked before, added nothing:
+# weight 0.004); at P >= 0.25 it let 25 of the 26 through and 5 of the 135 others, where the
 # gate it replaces (triage's bar, then P(none) against triage, then EXTRACT_MIN_P or
-# TRIAGE_SURE_P) let 26 and 26. The bar weighs a lost rule as three false yeses (a false yes
-# is an extraction whose write was junk about half the time on those splits).
+# TRIAGE_SURE_P) let 26 and 26. The bar weighs a lost rule as three false yeses; it was read
+# off those pooled scores (0.2: 26 and 11; 0.35: 25 and 4). On the blind fresh60 and fresh61,
+# run afterwards: junk 23 -> 18 writes, no scenario worse (`bench/scenarios/README.md`).
 OPENING_FIT = (2.76, 1.13, -3.55)  # × logit P(durable), × logit P(a skill), + intercept
 OPENING_MIN_P = 0.25
 # ...unless triage was sure: its P(durable) at or above this overrules extraction's "nothing"
