@@ -40,6 +40,7 @@ from engine.learning.judge import Neighbour, judge_llm, judge_rule, skill_text
 from engine.learning.rules import own_sentence, rule_extract, statements
 from engine.llm import tiers
 from engine.llm.client import LLMClient
+from engine.retrieval.relevance import logit
 from engine.text import (
     clip,
     content_tokens,
@@ -279,12 +280,16 @@ class Pipeline:
         """The message index of the conversation's first user turn (-1: none)."""
         return self.users[0].index if self.users else -1
 
-    def at_opening(self, w: triage.Window) -> bool:
-        """The window's evidence is the conversation's opening message alone, let on by the
-        model's triage (not by cue words, not by a repeated format), which scored it."""
+    def opening_alone(self, w: triage.Window) -> bool:
+        """The window's evidence is the conversation's opening message alone."""
         turns = w.turns[w.focus:]
-        return len(turns) == 1 and turns[0].index == self.opening \
-            and self.opening in self.triaged and all(c.startswith("model:") for c in w.cues)
+        return len(turns) == 1 and turns[0].index == self.opening
+
+    def at_opening(self, w: triage.Window) -> bool:
+        """:meth:`opening_alone`, let on by the model's triage (not by cue words, not by a
+        repeated format), which scored it."""
+        return self.opening_alone(w) and self.opening in self.triaged \
+            and all(c.startswith("model:") for c in w.cues)
 
     @property
     def by_model(self) -> bool:
@@ -528,12 +533,12 @@ class Pipeline:
         and fears of the read PrefEval items 260..459, triage P 0.86-0.99): a majority bar
         would make the gate's yes a no. Weighed against triage, the one sentence is the rule
         where the model's own wording was not grounded in it ("Limit sodium intake" for a
-        low-sodium diet: 7 of the 21 preferences of those items that wrote nothing). Later turns have no such check (the lasting check asks
-        another question): there a lone sentence still needs the majority."""
-        turns = w.turns[w.focus:]
-        if len(turns) != 1 or turns[0].index != self.opening or not self.llm.scores_tokens:
+        low-sodium diet: 7 of the 21 preferences of those items that wrote nothing). Later
+        turns have no such check (the lasting check asks another question): there a lone
+        sentence still needs the majority."""
+        if not self.opening_alone(w) or not self.llm.scores_tokens:
             return False  # (a backend that cannot score tokens has no P to weigh)
-        p = self.triaged.get(turns[0].index)
+        p = self.triaged.get(self.opening)
         if p is None or not goes_on(p, p_none):
             return False
         log.info("evolution: the opening's one sentence is the rule (triage P %.2f outweighs "
@@ -933,7 +938,6 @@ MAX_OPTIONS = 9  # the quote prompt's schema numbers sentences 1-9
 def opening_p(p_durable: float, p_skill: float) -> float:
     """P(the conversation's opening message holds a lasting rule) from triage's P(durable)
     and extraction's P(a skill): the logistic fit :data:`OPENING_FIT`."""
-    logit = lambda p: math.log(max(p, 1e-4) / max(1.0 - p, 1e-4))  # noqa: E731
     a, b, c = OPENING_FIT
     return 1.0 / (1.0 + math.exp(-(a * logit(p_durable) + b * logit(p_skill) + c)))
 

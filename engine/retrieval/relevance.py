@@ -160,5 +160,6 @@ def top_rows(c: Candidates, n: int, lam: float = 0.4) -> list[int]:
 
 
 def logit(p: float) -> float:
+    """log(p / (1 - p)), ``p`` clipped away from 0 and 1 (the scale the fitted scores add on)."""
     p = min(max(p, 1e-6), 1 - 1e-6)
     return math.log(p / (1 - p))
