@@ -42,6 +42,7 @@ import os
 import random
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -86,6 +87,38 @@ def default_threads() -> int:
     return max(1, n // 2 if n > 4 else n)
 
 
+def cpu_has_amx() -> bool:
+    """The CPU has Intel AMX (Sapphire Rapids and later), read from ``/proc/cpuinfo``."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            return any(line.startswith("flags") and " amx_int8" in line for line in f)
+    except OSError:  # not Linux
+        return False
+
+
+@contextmanager
+def _without_extra_buffers(llama_cpp: Any) -> Iterator[None]:
+    """Models loaded inside keep their weights in llama.cpp's plain CPU buffers: no "extra"
+    buffer types, which on an AMX CPU means no repacking into AMX tiles. Its AMX matmul
+    crashes (SIGSEGV in ``ggml_backend_amx_mul_mat``) on the first prompt of a few hundred
+    tokens with the Q4_K_M models here (seen on this project's 2-core Xeon; llama.cpp issue
+    20824, closed unfixed). llama-cpp-python takes no argument for it, so the default
+    model params it reads are wrapped while the model loads."""
+    lib = llama_cpp.llama_cpp
+    default = lib.llama_model_default_params
+
+    def params() -> Any:
+        p = default()
+        p.use_extra_bufts = False
+        return p
+
+    lib.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        lib.llama_model_default_params = default
+
+
 class LlamaCppBackend(ChatFromStream):
     """A GGUF model loaded with llama-cpp-python; implements :class:`~engine.llm.base.LLMBackend`."""
 
@@ -109,12 +142,13 @@ class LlamaCppBackend(ChatFromStream):
             n_ctx = min(n_ctx, info.context_length)
         use_gguf = spec.chat_template in ("", "gguf")
         try:
-            self.llm = llama_cpp.Llama(
-                model_path=str(spec.path), n_ctx=n_ctx, n_batch=n_batch,
-                n_threads=self.n_threads, n_threads_batch=self.n_threads_batch,
-                seed=seed if seed is not None else llama_cpp.LLAMA_DEFAULT_SEED,
-                chat_format=None if use_gguf else spec.chat_template,
-                verbose=False, **llama_kwargs)
+            with _without_extra_buffers(llama_cpp) if cpu_has_amx() else nullcontext():
+                self.llm = llama_cpp.Llama(
+                    model_path=str(spec.path), n_ctx=n_ctx, n_batch=n_batch,
+                    n_threads=self.n_threads, n_threads_batch=self.n_threads_batch,
+                    seed=seed if seed is not None else llama_cpp.LLAMA_DEFAULT_SEED,
+                    chat_format=None if use_gguf else spec.chat_template,
+                    verbose=False, **llama_kwargs)
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelError(f"{spec.path}: llama.cpp could not load the model ({exc})") from exc
         self._formatter = self._make_formatter(llama_chat_format, use_gguf)

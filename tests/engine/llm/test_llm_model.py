@@ -288,3 +288,25 @@ def test_a_structured_prompt_and_the_chat_keep_their_prefixes_across_each_other(
     # a different structured request still starts from the fixed part
     backend.structured([fixed, {"role": "user", "content": "Rome is in Italy."}], SCHEMA, params)
     assert backend.last_result.cached_tokens >= backend.prompt_tokens([fixed]) - 5
+
+
+@pytest.mark.parametrize("amx", [True, False])
+def test_on_an_amx_cpu_the_weights_stay_out_of_llama_cpps_amx_buffers(monkeypatch, amx):
+    # llama.cpp's AMX matmul crashes the process on the first long prompt (Q4_K_M, seen on
+    # this project's Xeon): on such a CPU the model loads without "extra" buffer types, and
+    # only the load it wraps sees that setting
+    pytest.importorskip("llama_cpp")
+    import llama_cpp
+
+    from engine.llm import llama_backend
+
+    monkeypatch.setattr(llama_backend, "cpu_has_amx", lambda: amx)
+    b = llama_backend.LlamaCppBackend(_bundled(), n_threads=2, n_ctx=512)
+    try:
+        assert b.llm.model_params.use_extra_bufts is (not amx)
+        assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is True
+        if amx:  # a prompt of a few hundred tokens: the one that crashed
+            long_prompt = [{"role": "user", "content": "Say the word sea. " * 60}]
+            assert b.chat(long_prompt, GenParams(max_tokens=4, seed=1)).text is not None
+    finally:
+        b.close()
