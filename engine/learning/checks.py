@@ -21,6 +21,7 @@ from engine.learning.rules import (
     asks_about_self,
     is_question,
     named_tools,
+    rule_span,
     said_for_this_request,
 )
 from engine.text import (
@@ -524,20 +525,6 @@ def resolved(old: str, new: str, said: str) -> bool:
 USER_WORDS_MAX = 30  # content words: a longer sentence tells a story, it states no rule
 
 
-_PART = re.compile(r"[^,，;；:：]+[,，;；:：]?")
-
-
-def _rule_span(sent: str, ruled: set[str]) -> str:
-    """The clauses of ``sent`` from the first to the last that shares a word with the rules
-    (``ruled``): a reason or a story said after a comma is left out ("..., we lost a whole
-    picture round because nobody could tell whose it was", "…，上回一下雨电话被打爆了")."""
-    parts = _PART.findall(sent)
-    hit = [i for i, p in enumerate(parts) if content_tokens(p) & ruled]
-    if not hit:
-        return sent
-    return "".join(parts[hit[0]:hit[-1] + 1]).strip(" ,，;；:：")
-
-
 def _drawn_from(rule: str, own: set[str], sent: str, toks: set[str]) -> bool:
     """Most of ``rule`` comes from ``sent``: its words (``own``), or for Chinese, whose
     paraphrases reorder characters ("提前打招呼" for "提前跟两边物业打好招呼"), its
@@ -560,14 +547,13 @@ def in_user_words(rules: list[str], said: list[str], requests: Sequence[str]) ->
     ``requests`` did not have ("make the toast for my brother's wedding funnier" after "write
     a toast for my brother's wedding" adds only theirs; Chinese bigrams share a framing word
     such as 确认 with the request), no question, not a story. What is kept of the sentence
-    is its clauses that say the rules (:func:`_rule_span`): a Chinese rule often spans two
+    is its clauses that say the rules (:func:`rule_span`): a Chinese rule often spans two
     ("让客户提前跟两边物业打好招呼，把电梯约好"), and a reason said after a comma is no rule.
     """
     sents = [(s, toks) for s, toks in ((m[0].strip(" ,;；，"), content_tokens(m[0]))
                                        for t in said for m in SENTENCE.finditer(t))
              if toks and not is_question(s) and not QUOTED.search(s)]
     asked = content_tokens("\n".join(requests))
-    ruled = content_tokens("\n".join(rules))
     out = []
     for rule in rules:
         own = said_words(rule)
@@ -575,7 +561,7 @@ def in_user_words(rules: list[str], said: list[str], requests: Sequence[str]) ->
         if not own or len(best) != 1:
             out.append(rule)
             continue
-        sent = _rule_span(sents[best[0]][0], ruled)
+        sent = rule_span(sents[best[0]][0], "\n".join(rules))
         toks = content_tokens(sent)
         added = said_words(sent) - content_tokens(rule)
         if (_drawn_from(rule, own, sent, toks) and added and coverage(added, asked) < 0.5

@@ -37,7 +37,7 @@ from engine.learning.checks import (
 )
 from engine.learning.events import Action
 from engine.learning.judge import Neighbour, judge_llm, judge_rule, skill_text
-from engine.learning.rules import own_sentence, rule_extract, statements
+from engine.learning.rules import own_sentence, rule_extract, rule_span, statements
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.retrieval.relevance import logit
@@ -248,10 +248,13 @@ class Pipeline:
                         if near is None or (jaccard(rule, rules[near]) < 0.4 and coverage(
                                 rule, "\n".join(rules)) < 0.6):
                             rules.append(rule)
-                        elif content_tokens(rule) - content_tokens("\n".join(rules)):
+                        else:
                             # the model reworded it and dropped a word the user said ("start
-                            # with a one-line TL;DR" -> "a one-line summary"): their words win
-                            rules[near] = rule
+                            # with a one-line TL;DR" -> "a one-line summary"): their words win,
+                            # the clauses that say the rule (a reason after a comma is none)
+                            span = rule_span(rule, rules[near])
+                            if content_tokens(span) - content_tokens("\n".join(rules)):
+                                rules[near] = span
             if not vetted and self.policy["extract"] == "llm+rule":
                 # the model found no usable rule; the user's own rule sentences may still
                 # hold what it missed (never anything the user did not say), unless the

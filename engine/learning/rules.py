@@ -100,7 +100,7 @@ def _clean(sentence: str) -> str:
 # as a question without its mark).
 _ZH_A_NOT_A = re.compile(r"([\u4e00-\u9fff])[不没]\1")
 _ZH_EMBEDS = re.compile(r"不管|无论|不论|检查|看看|看一下|确认|核对|查|问问|知道|判断|注意|说明|"
-                        r"写明|标明|告诉|提醒")
+                        r"告诉|提醒|写(?!的)|标|注|列|加上|说说|说一下|讲")
 _ZH_WH = re.compile(r"怎么|怎样|什么|为什么|为啥|咋|哪|谁|多少|几时|几点|几个")
 _ZH_SHORT_CLAUSE = 5  # characters: "怎么弄", "要多少钱"; not "我不知道怎么写" (a statement)
 _EN_INVERTED = re.compile(r"^((is|are|was|were)\s+(i|it|we|he|she|they|there|this|that|these|"
@@ -286,6 +286,30 @@ def said_for_this_request(rule: str, turns: list[str],
         return False
     # words, not single Chinese characters: "增长" in the rule is not stated by "长" elsewhere
     return not (content_tokens(rule) & stated) - once_words - task
+
+
+# a clause: up to a comma, semicolon or colon (an ASCII one only before a space: "TL;DR",
+# "10:30" and "1,000" hold one)
+_PART = re.compile(r"(?:[^,，;；:：]|[,;:](?=\S))+[,，;；:：]?")
+
+
+def rule_span(sent: str, rules: str) -> str:
+    """The clauses of ``sent`` (a sentence the ``rules`` were drawn from) that say them: the
+    clause with the largest share of its words (Chinese: characters) in the rules, the clauses
+    before it from the first that shares one (the rule's framing: "请大家提前把阳台的衣服收好，
+    把窗户关紧"), and after it those that say at least half as much. What comes after a rule
+    is its reason or a story ("..., we had a girl with a dog allergy placed with a family with
+    two labradors", "…，上回一下雨电话被打爆了"), and stays out though it may share a word."""
+    ruled = _overlap_tokens(rules)
+    parts = _PART.findall(sent)
+    share = [len(toks & ruled) / len(toks) if (toks := _overlap_tokens(p)) else 0.0
+             for p in parts]
+    if not any(share):
+        return sent
+    best = share.index(max(share))
+    first = next(i for i, x in enumerate(share) if x)
+    last = max(i for i, x in enumerate(share) if i <= best or x >= share[best] / 2)
+    return "".join(parts[first:last + 1]).strip(" ,，;；:：")
 
 
 def own_sentence(rules: list[str], turns: list[str]) -> str | None:

@@ -209,17 +209,23 @@ def _cues(turns: list[UserTurn], newest_only: bool) -> list[str]:
 Decide = Callable[[list[UserTurn]], "str | None"]  # the newest turn last; a kind or None
 
 
-def _decided(seg: list[UserTurn], mode: str, decide: Decide | None) -> list[str]:
+def _decided(seg: list[UserTurn], mode: str, decide: Decide | None) -> tuple[list[str], int]:
     """Ask ``decide`` about a segment without cues: its newest turn (a chat turn) or, for a
-    whole conversation, each of its last TRIAGE_CALLS turns until one holds something."""
+    whole conversation, each of its last TRIAGE_CALLS turns. Returns the cues (the newest
+    durable turn's kind) and, for a whole conversation, where its evidence starts: the first
+    turn triage did not rule out. A turn it read and found nothing durable in is the request
+    the later turns were about, context as in a chat turn's window (Qwen2.5-1.5B wrote "Keep
+    it short" from "Write a short note asking my landlord…" when the durable-looking turn
+    after it was "Make this one a bit more formal"); a turn it did not read may hold a rule."""
     if decide is None:
-        return []
+        return [], 0
     ends = [len(seg)] if mode == "turn" else list(range(len(seg), 0, -1))[:TRIAGE_CALLS]
-    for end in ends:
-        kind = decide(seg[max(0, end - TRIAGE_TURNS):end])
-        if kind:
-            return [f"model:{kind}"]
-    return []
+    kinds = [(end - 1, kind) for end in ends
+             if (kind := decide(seg[max(0, end - TRIAGE_TURNS):end]))]
+    if not kinds:
+        return [], 0
+    start = kinds[-1][0] if len(ends) == len(seg) else 0
+    return [f"model:{kinds[0][1]}"], start
 
 
 def windows(messages: list[dict], mode: str = "turn", decide: Decide | None = None,
@@ -247,13 +253,14 @@ def windows(messages: list[dict], mode: str = "turn", decide: Decide | None = No
         cues = _cues(seg, newest_only=(mode == "turn"))
         if cues and mode == "turn" and confirm is not None and not confirm(seg):
             continue
+        start = 0
         if not cues:
-            cues = _decided(seg, mode, decide)
+            cues, start = _decided(seg, mode, decide)
         # a chat turn is the evidence, the segment's earlier requests only say what it was
         # about, however the turn passed triage; a format asked for again is said in several
         # turns, so they all are evidence
         focus = len(seg) - 1 if mode == "turn" and not any(
-            c.startswith("repeated:") for c in cues) else 0
+            c.startswith("repeated:") for c in cues) else start
         if not cues:
             continue
         first, last = seg[0].index, seg[-1].index

@@ -93,6 +93,24 @@ def test_windows_split_topics_and_turn_mode_reads_only_the_newest_topic():
                                               U("No, four spaces.")]))) == 1
 
 
+def test_a_whole_conversations_evidence_starts_at_the_first_turn_triage_did_not_rule_out():
+    msgs = [U("Write a short note asking my landlord to fix the dripping kitchen tap."), A("Sure."),
+            U("Make this one a bit more formal, he is rather old-fashioned."), A("Sure.")]
+
+    def only(*durable):
+        return lambda turns: "rule" if turns[-1].text.startswith(durable) else None
+
+    # triage read the request and found nothing: it is what the later turn was about
+    [w] = gate.windows(msgs, "conversation", only("Make"))
+    assert w.focus == 1 and w.cues == ["model:rule"]
+    [w] = gate.windows(msgs, "conversation", only("Make", "Write"))
+    assert w.focus == 0
+    # a turn triage did not read (past TRIAGE_CALLS from the end) may hold a rule: evidence
+    more = msgs + [x for i in range(gate.TRIAGE_CALLS) for x in (U(f"Make it warmer {i}."), A("."))]
+    [w] = gate.windows(more, "conversation", only("Make"))
+    assert w.focus == 0
+
+
 def test_repeated_format_demand_without_cue_words_passes_the_gate():
     msgs = [U("Explain DNS in bullet points."), A("-"), U("Now TLS, bullet points again.")]
     assert gate.windows(msgs, "turn")[0].cues == ["repeated:bullets"]

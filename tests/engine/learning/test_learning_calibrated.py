@@ -339,6 +339,33 @@ def test_own_sentence_picks_the_users_sentence_that_says_the_paraphrased_rule():
                         ["Turn these notes into meeting minutes: action needed."]) is None
 
 
+def test_a_reason_told_after_the_rule_stays_out_of_the_users_words():
+    from engine.learning.checks import in_user_words
+
+    # the sentence the model shortened: its clauses whose words are mostly the rule's; the
+    # reason shares one ("tour") and stays out
+    said = ["Tour notices say where to meet and what to wear, a group of ten stood at the wrong "
+            "gate for an hour on the last tour."]
+    assert in_user_words(["Tour notices say where to meet"], said, ["Write Saturday's notice"]) \
+        == ["Tour notices say where to meet and what to wear"]
+    said = ["活动通知要写清楚在哪集合、穿什么，上回十个人在错的门口等了一个钟头。"]
+    assert in_user_words(["活动通知写清楚集合地点"], said, ["帮我写周六的通知"]) == \
+        ["活动通知要写清楚在哪集合、穿什么"]
+
+
+def test_a_cued_rule_sentence_adds_its_rule_to_the_models_not_its_reason(tmp_path):
+    sc = {"expect": [{"outcome": "add", "evidence": "meeting point"}]}
+    model = FixedExtract(["Put the meeting point in tour notices"], name="Tour notices",
+                         triggers=["write a tour notice"], sc=sc)
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(model)).run([
+        U("Write the notice for Saturday's walk up the ridge."), A("Here is the notice: ..."),
+        U("Always put the meeting point in tour notices, last time ten people waited at the "
+          "wrong gate.")], "turn")
+    assert [a.kind for a in actions] == ["add"]
+    body = actions[0].skill.instructions
+    assert "meeting point" in body and "gate" not in body, body
+
+
 def test_a_rule_paraphrased_past_grounding_becomes_the_users_own_sentence(tmp_path):
     sc = {"expect": [{"outcome": "add", "evidence": "不能吃辣"}]}
     bank = SkillBank(tmp_path / "bank")

@@ -347,6 +347,9 @@ def test_vet_uses_the_turns_to_generalize_and_keeps_a_stated_constraint():
     ("每次都帮我检查有没有错别字", False),                              # an embedded question
     ("我不知道怎么写", False),                                          # an embedded question
     ("能不能拆成一步一步的，前面标上1、2、3，我照着做", False),
+    ("通知里写清楚几点开门、需不需要带证件", False),                    # asked of what is written
+    ("每道菜后面标一下辣不辣", False),
+    ("你写的是不是太长了", True),                                       # about what was written
     ("Do not put prices in the captions", False),
     ("Have this ready by nine", False),
 ])
