@@ -63,10 +63,12 @@ def run(spec: Any, a: Any) -> str:
 
     from engine.desk import SkillDesk
     from engine.llm.base import GenParams
+    from engine.llm.llama_backend import loading
     from engine.settings import RESOURCES, Settings
 
-    raw = Llama(model_path=str(spec.path), n_ctx=a.n_ctx, n_threads=a.threads,
-                n_threads_batch=a.threads, verbose=False)
+    with loading():  # as the backend loads it
+        raw = Llama(model_path=str(spec.path), n_ctx=a.n_ctx, n_threads=a.threads,
+                    n_threads_batch=a.threads, verbose=False)
     tmp = Path(tempfile.mkdtemp(prefix="skilldesk-turn-"))
     shutil.copytree(RESOURCES / "starter", tmp / "bank" / "Common" / "starter")
     cfg = Settings()

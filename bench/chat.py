@@ -89,12 +89,13 @@ class _Sides:
         from llama_cpp import Llama
 
         from engine.llm.base import GenParams
-        from engine.llm.llama_backend import LlamaCppBackend
+        from engine.llm.llama_backend import LlamaCppBackend, loading
         from engine.llm.worker import FOREGROUND, ModelWorker
 
         self.samp = _sampling(spec, a)
-        self.raw = Llama(model_path=str(spec.path), n_ctx=a.n_ctx, n_threads=a.threads,
-                         n_threads_batch=a.threads, verbose=False)
+        with loading():  # as the backend loads it
+            self.raw = Llama(model_path=str(spec.path), n_ctx=a.n_ctx, n_threads=a.threads,
+                             n_threads_batch=a.threads, verbose=False)
         self.worker = ModelWorker(LlamaCppBackend(spec, n_threads=a.threads, n_ctx=a.n_ctx))
         self.params = GenParams(**self.samp)
         self._fg = FOREGROUND
@@ -204,8 +205,11 @@ def _rss_probe(a: argparse.Namespace) -> int:
     if a.rss_probe == "raw":
         from llama_cpp import Llama
 
-        llm = Llama(model_path=str(spec.path), n_ctx=a.n_ctx, n_threads=a.threads,
-                    n_threads_batch=a.threads, verbose=False)
+        from engine.llm.llama_backend import loading
+
+        with loading():
+            llm = Llama(model_path=str(spec.path), n_ctx=a.n_ctx, n_threads=a.threads,
+                        n_threads_batch=a.threads, verbose=False)
         for _ in llm.create_chat_completion(messages=messages, stream=True,
                                             max_tokens=a.max_tokens):
             pass

@@ -3,6 +3,7 @@ the scripted model (the real engine: real bank, index and worker)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from bench.learning_scenarios import seed_bank, seed_skill
@@ -10,6 +11,13 @@ from bench.oracle import OracleLLM
 from engine.desk import SkillDesk
 from engine.llm.worker import ModelWorker
 from engine.settings import Settings
+
+# ``python -m llama_cpp.server`` (the stand-in for a user's OpenAI-compatible server) loading
+# its model the way the backend does: on an AMX CPU llama.cpp's AMX matmul crashes the server
+# on its first prompt (:func:`engine.llm.llama_backend.loading`)
+LLAMA_SERVER = [sys.executable, "-c", "import runpy; from engine.llm.llama_backend import "
+                "loading; held = loading(); held.__enter__(); runpy.run_module("
+                "'llama_cpp.server', run_name='__main__', alter_sys=True)"]
 
 
 def U(t: str) -> dict:

@@ -42,7 +42,7 @@ import os
 import random
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -87,24 +87,32 @@ def default_threads() -> int:
     return max(1, n // 2 if n > 4 else n)
 
 
-def cpu_has_amx() -> bool:
-    """The CPU has Intel AMX (Sapphire Rapids and later), read from ``/proc/cpuinfo``."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            return any(line.startswith("flags") and " amx_int8" in line for line in f)
-    except OSError:  # not Linux
-        return False
+def amx_kernels() -> bool:
+    """llama.cpp was built with its AMX kernels (``AMX_INT8 = 1`` in its system info: built
+    for this CPU, Sapphire Rapids or later, with ``-march=native``)."""
+    import llama_cpp
+
+    return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
+
+
+def loading() -> AbstractContextManager[None]:
+    """Wrap every ``llama_cpp.Llama(...)`` of the process in it (the backend's, the plain model
+    the benchmarks compare with): where llama.cpp has AMX kernels, :func:`_without_extra_buffers`.
+    That costs the other repacked layouts too: Qwen2.5-1.5B Q4_K_M decoded 9.9 tok/s instead of
+    13.0 on this project's 2-core Xeon (64 tokens after a 1-token prompt, the one kind of call
+    that did not crash)."""
+    return _without_extra_buffers() if amx_kernels() else nullcontext()
 
 
 @contextmanager
-def _without_extra_buffers(llama_cpp: Any) -> Iterator[None]:
+def _without_extra_buffers() -> Iterator[None]:
     """Models loaded inside keep their weights in llama.cpp's plain CPU buffers: no "extra"
     buffer types, which on an AMX CPU means no repacking into AMX tiles. Its AMX matmul
     crashes (SIGSEGV in ``ggml_backend_amx_mul_mat``) on the first prompt of a few hundred
     tokens with the Q4_K_M models here (seen on this project's 2-core Xeon; llama.cpp issue
     20824, closed unfixed). llama-cpp-python takes no argument for it, so the default
     model params it reads are wrapped while the model loads."""
-    lib = llama_cpp.llama_cpp
+    from llama_cpp import llama_cpp as lib
     default = lib.llama_model_default_params
 
     def params() -> Any:
@@ -142,7 +150,7 @@ class LlamaCppBackend(ChatFromStream):
             n_ctx = min(n_ctx, info.context_length)
         use_gguf = spec.chat_template in ("", "gguf")
         try:
-            with _without_extra_buffers(llama_cpp) if cpu_has_amx() else nullcontext():
+            with loading():
                 self.llm = llama_cpp.Llama(
                     model_path=str(spec.path), n_ctx=n_ctx, n_batch=n_batch,
                     n_threads=self.n_threads, n_threads_batch=self.n_threads_batch,

@@ -25,6 +25,7 @@ from engine.bank.skill import Skill  # noqa: E402
 from engine.bank.store import SkillBank  # noqa: E402
 from engine.settings import ModelSettings, Settings  # noqa: E402
 from server import Desks, ServerConfig, ServerThread, create_app  # noqa: E402
+from tests.support import LLAMA_SERVER  # noqa: E402
 
 pytestmark = pytest.mark.model
 KEY = "test-key-0123456789"
@@ -299,7 +300,7 @@ def upstream(bundled_model_path, tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("up") / "upstream.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_model_path),
+        [*LLAMA_SERVER, "--model", str(bundled_model_path),
          "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2",
          "--n_threads_batch", "2", "--n_ctx", "2048", "--verbose", "False"],
         stdout=log.open("wb"), stderr=subprocess.STDOUT)

@@ -291,16 +291,16 @@ def test_a_structured_prompt_and_the_chat_keep_their_prefixes_across_each_other(
 
 
 @pytest.mark.parametrize("amx", [True, False])
-def test_on_an_amx_cpu_the_weights_stay_out_of_llama_cpps_amx_buffers(monkeypatch, amx):
+def test_with_amx_kernels_the_weights_stay_out_of_llama_cpps_amx_buffers(monkeypatch, amx):
     # llama.cpp's AMX matmul crashes the process on the first long prompt (Q4_K_M, seen on
-    # this project's Xeon): on such a CPU the model loads without "extra" buffer types, and
-    # only the load it wraps sees that setting
+    # this project's Xeon): where it has AMX kernels the model loads without "extra" buffer
+    # types, and only the load it wraps sees that setting
     pytest.importorskip("llama_cpp")
     import llama_cpp
 
     from engine.llm import llama_backend
 
-    monkeypatch.setattr(llama_backend, "cpu_has_amx", lambda: amx)
+    monkeypatch.setattr(llama_backend, "amx_kernels", lambda: amx)
     b = llama_backend.LlamaCppBackend(_bundled(), n_threads=2, n_ctx=512)
     try:
         assert b.llm.model_params.use_extra_bufts is (not amx)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -21,6 +20,7 @@ import pytest
 from engine.errors import Cancelled, ModelError, StructuredOutputError
 from engine.llm.base import CancelToken, GenParams
 from engine.llm.openai_backend import OpenAICompatBackend
+from tests.support import LLAMA_SERVER
 
 MSGS = [{"role": "user", "content": "Name a fruit."}]
 
@@ -193,7 +193,7 @@ def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host",
+            [*LLAMA_SERVER, "--model", str(model), "--host",
              "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2",
              "--n_threads_batch", "2", "--verbose", "False"], stdout=fh, stderr=fh)
     url = f"http://127.0.0.1:{port}/v1"
