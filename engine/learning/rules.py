@@ -93,8 +93,9 @@ def _clean(sentence: str) -> str:
 
 # A question typed without its mark, as people type in a chat, by its grammar: in Chinese an
 # A-not-A verb in the last clause ("是不是", "要不要", "有没有"), unless a verb before it takes
-# it as an embedded question or it means "whether or not" ("检查有没有错别字", "不管是不是周末":
-# statements, and may be rules), or a question word in a short last clause ("…在杭州，怎么
+# it as an embedded question (checking, telling, and writing or marking it down: "检查有没有
+# 错别字", "每个菜后面标一下软不软") or it means "whether or not" ("不管是不是周末": statements,
+# and may be rules), or a question word in a short last clause ("…在杭州，怎么
 # 弄"); in English an auxiliary before its subject opening the sentence ("is it daft to…",
 # "should I…"; "can you…" asks the assistant to do something, see _ASKS_TO_DO, and is not read
 # as a question without its mark).

@@ -342,8 +342,8 @@ def test_own_sentence_picks_the_users_sentence_that_says_the_paraphrased_rule():
 def test_a_reason_told_after_the_rule_stays_out_of_the_users_words():
     from engine.learning.checks import in_user_words
 
-    # the sentence the model shortened: its clauses whose words are mostly the rule's; the
-    # reason shares one ("tour") and stays out
+    # the sentence the model shortened: the clause that says the rule best and what frames it;
+    # the reason after it shares a word ("tour") and stays out
     said = ["Tour notices say where to meet and what to wear, a group of ten stood at the wrong "
             "gate for an hour on the last tour."]
     assert in_user_words(["Tour notices say where to meet"], said, ["Write Saturday's notice"]) \
