@@ -67,6 +67,10 @@ def _args(argv: list[str]) -> argparse.Namespace:
                    help="also score the lasting check (P(wanted again next time), one forward "
                         "pass) on every scored later turn, also those triage stops, and compare "
                         "the gates that can be built from the two reads")
+    p.add_argument("--openings", action="store_true",
+                   help="score only each conversation's opening message (with --extract "
+                        "--lasting: the opening gate's three reads, its AUCs, and a logistic "
+                        "fit of OPENING_FIT on them)")
     p.add_argument("--replay", metavar="DIR", type=Path,
                    help="answer prompts seen before from DIR (as bench evolution --replay); "
                         "the seconds then mean nothing")
@@ -83,7 +87,7 @@ def durable_turn(sc: dict[str, Any], text: str) -> bool:
 
 def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                 extract: bool = False, rules: bool = False,
-                lasting: bool = False) -> list[dict[str, Any]]:
+                lasting: bool = False, openings: bool = False) -> list[dict[str, Any]]:
     """One row per user turn: found by cue words (triage's P as ``pc``: the app asks it
     alone there), or the model's probability. ``between()`` runs before each triage call
     (another prompt in the KV cache, as in the app). With ``extract``, every scored turn also
@@ -91,16 +95,16 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     extraction's score alone would decide (:func:`extract_table`); with ``lasting`` every
     scored later turn (and every later turn cue words found) gets ``pl``: the lasting check's
     P(wanted again), read after the user's two turns before it, as :meth:`Pipeline._lasting`
-    reads it, and a scored opening ``pq``: the quote step's P(no sentence is meant to last),
-    which the opening's gate weighed before it was fitted on both reads (:func:`opening_p`)."""
+    reads it, and a scored opening ``ps``: triage's P of its likeliest sentence read alone
+    (:meth:`Pipeline.opening_sentence`), the opening gate's third read (:func:`opening_p`).
+    ``openings``: only each conversation's opening message is scored."""
     from engine.learning import triage
     from engine.learning.pipeline import earlier_requests
-    from engine.learning.rules import statements
 
     msgs, rows = sc["messages"], []
     first = next((k for k, m in enumerate(msgs) if m["role"] == "user"), -1)
     for k, m in enumerate(msgs):
-        if m["role"] != "user":
+        if m["role"] != "user" or (openings and k != first):
             continue
         seen: list[tuple[float | None, float]] = []
 
@@ -121,10 +125,10 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
         if row["cued"]:  # cue words found it: the app asks triage alone (Pipeline._confirm)
             seg = next(w for w in passed if w.turns[-1].index == users[-1].index).turns
             row["pc"] = pipe.triage_score(seg)[0]
-        if lasting and row["opening"] and row["p"] is not None:
-            # the quote step's P(no sentence is meant to last): a candidate read for the gate
-            probs = pipe.quote_scores(statements([m["content"]]))
-            row["pq"] = probs[0] if probs else None
+        if lasting and row["opening"] and row["p"] is not None and passed:
+            pipe.triaged = {users[-1].index: row["p"]}  # as Pipeline._scored keeps it
+            best = pipe.opening_sentence(passed[-1])
+            row["ps"] = best[1] if best else row["p"]
         if lasting and (row["p"] is not None or row.get("pc") is not None) \
                 and not row["opening"]:
             row["pl"] = pipe.lasting_score(users[-1], [t.text for t in users[:-1]][-2:])
@@ -291,6 +295,56 @@ def lasting_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def opening_table(rows: list[dict[str, Any]]) -> str:
+    """The openings triage scored (cue words found none) with the gate's three reads: how each
+    separates the durable ones (AUC), what the app's gate (:func:`opening_p` at
+    ``OPENING_MIN_P``) lets through of those triage's bar lets on, and a logistic fit of
+    ``OPENING_FIT`` on these rows (Newton's method, a light L2 on the weights)."""
+    import math
+
+    import numpy as np
+
+    from engine.learning import triage
+    from engine.learning.pipeline import OPENING_MIN_P, opening_p
+
+    sel = [r for r in rows if r["opening"] and r["p"] is not None
+           and r.get("pe") is not None and r.get("ps") is not None]
+    if not sel:
+        return "openings with the gate's three reads: none"
+    gate = lambda r: opening_p(r["p"], r["pe"], r["ps"])  # noqa: E731
+    pos = [r for r in sel if r["durable"]]
+    neg = [r for r in sel if not r["durable"]]
+    lines = [f"openings with the gate's three reads: {len(sel)} ({len(pos)} durable, "
+             f"{len(neg)} not)", "score                                | AUC",
+             "-------------------------------------|-----"]
+    for name, f in (("triage P(durable), whole message", lambda r: r["p"]),
+                    ("extraction P(a skill)", lambda r: r["pe"]),
+                    ("triage P, likeliest sentence alone", lambda r: r["ps"]),
+                    ("the app's gate (opening_p)", gate)):
+        a = auc([f(r) for r in pos], [f(r) for r in neg])
+        lines.append(f"{name:<37}| {'n/a' if a is None else f'{a:.3f}'}")
+    on = [r for r in sel if r["p"] >= triage.DURABLE_MIN_P]
+    tp = sum(gate(r) >= OPENING_MIN_P for r in on if r["durable"])
+    fp = sum(gate(r) >= OPENING_MIN_P for r in on if not r["durable"])
+    lines.append(f"triage's bar lets on {len(on)} ({sum(r['durable'] for r in on)} durable); "
+                 f"the gate at {OPENING_MIN_P} lets through {tp} durable, {fp} others")
+    lg = lambda p: math.log(min(max(p, 1e-6), 1 - 1e-6) / (1 - min(max(p, 1e-6), 1 - 1e-6)))  # noqa: E731
+    x = np.array([[lg(r["p"]), lg(r["pe"]), lg(r["ps"]), 1.0] for r in sel])
+    y = np.array([1.0 if r["durable"] else 0.0 for r in sel])
+    w, reg = np.zeros(4), np.diag([0.01, 0.01, 0.01, 0.0]) * len(sel)
+    for _ in range(50):
+        q = 1 / (1 + np.exp(-x @ w))
+        hess = x.T @ (x * (q * (1 - q))[:, None]) + reg
+        w -= np.linalg.solve(hess, x.T @ (q - y) + reg @ w)
+    fit = 1 / (1 + np.exp(-x @ w))
+    lines.append("fit on these rows: OPENING_FIT = (" + ", ".join(f"{v:.2f}" for v in w)
+                 + ")  (x logit P whole, x logit P(a skill), x logit P sentence, + intercept)")
+    lines.append("its bars (durable / others through): " + "  ".join(
+        f"{b}: {int(sum(fit[y == 1] >= b))}/{int(sum(fit[y == 0] >= b))}"
+        for b in (0.15, 0.2, 0.25, 0.3, 0.35)))
+    return "\n".join(lines)
+
+
 def cued_table(rows: list[dict[str, Any]]) -> str:
     """The turns cue words found, with what triage (and, on later turns, the lasting check)
     says of them: the app lets them on at triage's bar, without the second looks."""
@@ -374,7 +428,8 @@ def main(argv: list[str] | None = None) -> int:
                     worker.submit_chat(msgs, GenParams(max_tokens=1, temperature=0),
                                        priority=BACKGROUND).result()
             for sc in scenarios:
-                rows += score_turns(pipe, sc, between, a.extract, a.rules, a.lasting)
+                rows += score_turns(pipe, sc, between, a.extract, a.rules, a.lasting,
+                                    a.openings)
     finally:
         worker.close()
     where = f" (split {', '.join(a.split)})" if a.split else ""
@@ -389,6 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         print(lasting_table(rows))
         print()
         print(cued_table(rows))
+        print()
+        print(opening_table(rows))
     secs = [r["s"] for r in rows if r["p"] is not None]
     if secs:
         print(f"seconds per scored turn: {sum(secs) / len(secs):.2f} (prefix snapshot "

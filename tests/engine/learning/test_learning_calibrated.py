@@ -5,6 +5,7 @@ extraction reads the triaged turn as the evidence with the earlier requests as c
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -276,6 +277,30 @@ def test_bench_triage_separates_openings_from_later_turns():
     assert not any(ln.startswith("extraction") for ln in lines)  # no pe scored: no line
 
 
+def test_bench_triage_fits_the_opening_gate_on_its_three_reads():
+    """``--openings --extract --lasting``: the opening gate's three reads get an AUC each, and
+    the logistic fit of OPENING_FIT weighs the read that separates (here the sentence read
+    alone) and not the two that do not."""
+    import random
+
+    from bench.triage import opening_table
+
+    rng = random.Random(7)
+    rows = [{"opening": True, "durable": d, "p": rng.uniform(0.3, 0.7),
+             "pe": rng.uniform(0.3, 0.9), "ps": rng.uniform(0.6, 0.95) if d else
+             rng.uniform(0.1, 0.65)} for d in [True] * 20 + [False] * 60]
+    out = opening_table(rows + [{"opening": False, "durable": True, "p": 0.9}])
+    assert "openings with the gate's three reads: 80 (20 durable, 60 not)" in out
+    ps_auc = float(next(ln for ln in out.splitlines() if ln.startswith(
+        "triage P, likeliest sentence alone")).rsplit("|", 1)[1])
+    assert ps_auc > 0.95
+    fit = out.split("OPENING_FIT = (", 1)[1].split(")", 1)[0]
+    w_p, w_pe, w_ps, _ = (float(v) for v in fit.split(", "))
+    assert w_ps > 2 * max(abs(w_p), abs(w_pe)), fit
+    assert opening_table([{"opening": True, "durable": True, "p": 0.5, "pe": None}]) == \
+        "openings with the gate's three reads: none"
+
+
 def test_bench_triage_lasting_compares_the_gates_on_later_turns():
     """A durable later turn triage scores below its bar but the lasting check is sure of
     counts for the app's gate (even odds on every later turn), not for triage's bar."""
@@ -408,9 +433,9 @@ def test_the_users_own_sentence_comes_before_the_models_keep_check(tmp_path):
     [add] = Pipeline(bank, "default", LLMClient(llm)).run(said, "turn")
     assert add.kind == "add" and "按步骤一条一条" in add.skill.instructions
     assert "keep" not in llm.calls
-    # no sentence of the user's shares its words and the quote step gives no answer: the
-    # keep check decides on the model's wording
-    said = [U("I'm allergic to peanuts. Any snack ideas for the train?")]
+    # no sentence of the user's shares its words and the quote step gives no answer (a
+    # question is no sentence that can last): the keep check decides on the model's wording
+    said = [U("I'm allergic to peanuts, any snack ideas for the train?")]
     for p_keep, kinds in ((0.99, ["add"]), (0.1, ["discard"])):
         llm = KeepScored(["Suggest only nut-free foods"], p_keep, name="Nut-free food")
         actions = Pipeline(SkillBank(tmp_path / f"b{p_keep}"), "default", LLMClient(llm)).run(
@@ -494,6 +519,90 @@ def test_the_opening_is_decided_by_one_score_fitted_on_triage_and_extraction(
         assert "extract-score" in llm.calls
         assert any(a.kind == "add" for a in actions) is written, \
             [(a.kind, a.reason) for a in actions]
+
+
+class FactBeside(FixedExtract):
+    """FixedExtract on a backend that reads token scores: triage says durable with P
+    ``p_fact`` of a message that holds ``fact``, 0.3 of any other (``p_whole``, where given,
+    of the whole two-sentence message); extraction "a skill" with P ``p_skill``; the quote
+    step "none" and the keep check no. Keeps the evidence and context of every extraction."""
+
+    def __init__(self, rules, fact, p_fact=0.95, p_whole=None, p_skill=0.99, **kw):
+        super().__init__(rules, **kw)
+        self.fact, self.p_fact, self.p_whole, self.prompts = fact, p_fact, p_whole, []
+        self.p_skill = p_skill
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        said = messages[-1]["content"]
+        if prefix.startswith('{"kind"'):
+            said = said.rsplit("\n", 1)[-1].split(". ", 1)[-1]  # "1. <the message>"
+            p = (self.p_fact if self.fact in said else 0.3) if self.p_whole is None or \
+                said.count(".") < 2 else self.p_whole  # the whole message: two sentences
+            return {o: math.log(1 - p if o == "none" else p / 6) for o in options}
+        if prefix.startswith(('{"sentence"', '{"keep"')):
+            return {o: math.log(0.9 if o in ("0", "no") else 0.1 / (len(options) - 1))
+                    for o in options}
+        rest = self.p_skill / (len(options) - 1)  # extraction
+        return {o: math.log(1 - self.p_skill if o == " []" else rest) for o in options}
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if "skills" in set(schema.get("properties") or {}):
+            self.prompts.append(messages[-1]["content"])
+        return super().structured(messages, schema, params, cancel)
+
+
+@pytest.mark.parametrize("said, fact, word", [
+    # the request is a question (never a rule): the one other sentence is the evidence
+    ("Any ideas for a night out on saturday? I've got tinnitus, so anywhere loud is out.",
+     "I've got tinnitus, so anywhere loud is out.", "tinnitus"),
+    # two statements: the one triage, reading each alone, finds likeliest to last
+    ("Plan a day trip from Leeds for me and my wife. I've got a bad knee, so no long walks.",
+     "I've got a bad knee, so no long walks.", "knee"),
+    ("我有日光性皮炎，晒不了太阳。七月带我妈去厦门玩三天，帮我排一下路线。", "我有日光性皮炎，晒不了太阳。",
+     "日光性皮炎")])
+def test_an_openings_fact_beside_its_request_is_extracted_alone(tmp_path, said, fact, word):
+    """A conversation opens with a request and a fact about the user beside it: extraction
+    reads the fact's sentence as the evidence and the rest of the message as context (read
+    whole, Qwen-1.5B wrote the request's task skill: "Tent selection"), and where the model's
+    rule is not grounded in the user's words, the fact's sentence is the rule."""
+    llm = FactBeside(["Suggest places with seating"], word, name="Outings")
+    actions = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)],
+                                                                                "turn")
+    context, evidence = re.split("User messages:|用户消息：", llm.prompts[-1])
+    assert evidence.strip() == f"1. {fact}"
+    assert said.replace(fact, "").split()[0] in context
+    assert [a.kind for a in actions] == ["add"], [(a.kind, a.reason) for a in actions]
+    assert f"- {fact}" in actions[0].skill.instructions.splitlines()
+    # a rule the user's sentence grounds stays the model's
+    llm = FactBeside(["Avoid long walks" if "knee" in fact else "Avoid loud places"], word,
+                     name="Outings")
+    if "日光" not in fact:
+        [add] = Pipeline(SkillBank(tmp_path / "c"), "default", LLMClient(llm)).run([U(said)],
+                                                                                  "turn")
+        assert add.kind == "add" and "- Avoid " in add.skill.instructions
+
+
+@pytest.mark.parametrize("p_fact, written", [(0.9, True), (0.45, False)])
+def test_the_opening_gate_reads_the_likeliest_sentence_alone(tmp_path, p_fact, written):
+    """Triage read the whole opening (a request and a fact beside it) at 0.45, past its own
+    bar: the gate goes on where the fact's sentence read alone is likely to last (0.9), and
+    stops where it is no likelier than the whole (:func:`opening_p`'s third read)."""
+    said = "Plan a day trip from Leeds for me and my wife. I've got a bad knee, so no long walks."
+    llm = FactBeside(["Avoid long walks"], "knee", p_fact=p_fact, p_whole=0.45, p_skill=0.86,
+                     name="Outings")
+    actions = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)],
+                                                                                "turn")
+    assert any(a.kind == "add" for a in actions) is written, [(a.kind, a.reason) for a in actions]
+
+
+def test_a_later_turns_evidence_is_the_whole_turn(tmp_path):
+    """Only the conversation's opening is cut to its fact: a later turn already has its
+    request before it, as context."""
+    llm = FactBeside(["Suggest places with seating"], "knee", name="Outings")
+    said = "Plan a day trip for me and my wife. I've got a bad knee, so no long walks."
+    Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run(
+        [U("Hi!"), A("Hello! How can I help?"), U(said)], "turn")
+    assert llm.prompts and llm.prompts[-1].rstrip().endswith(f"1. {said}")
 
 
 class QuoteScored(FixedExtract):
@@ -906,7 +1015,7 @@ def test_an_openings_check_and_its_rescue_ask_the_model_once(tmp_path):
     llm = QuoteScored(["Use an energetic, upbeat tone"], "commentator", 0.8, 0.9,
                       name="Energetic tone")
     [add] = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
-        [U("Talk to me like an overexcited sports commentator. Whatever I ask, I want that "
+        [U("Talk to me like an overexcited sports commentator, whatever I ask, I want that "
            "voice.")], "turn")
     assert add.kind == "add" and "sports commentator" in add.skill.instructions
     assert llm.calls.count("quote") == 1

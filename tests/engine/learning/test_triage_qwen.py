@@ -368,9 +368,10 @@ def test_qwen_quote_points_at_the_persona_sentence_and_at_none_for_a_tweak(pipel
 
 def test_qwen_opening_gate_stops_a_question_triage_let_through_but_not_a_stated_fact(
         pipeline):
-    """The opening message's gate (:func:`opening_p`, fitted on triage's P and extraction's
-    P(a skill)): a question about the user's plant, which triage's bar lets through (P 0.54
-    when written), goes no further; a firm fact beside a request goes on."""
+    """The opening message's gate (:func:`opening_p`, fitted on triage's P, extraction's
+    P(a skill) and triage's P of the likeliest sentence alone): a question about the user's
+    plant, which triage's bar lets through (P 0.54 when written), goes no further; a firm fact
+    beside a request goes on."""
     basil = "My basil smells of aniseed now and the leaves are going black at the edges. " \
             "Did I overwater it?"
     coeliac = "Plan three dinners for this week. I'm coeliac, so everything has to be " \
@@ -380,7 +381,9 @@ def test_qwen_opening_gate_stops_a_question_triage_let_through_but_not_a_stated_
         turns = user_turns([{"role": "user", "content": said}])
         p = pipeline.triage_score(turns)[0]
         w = Window(turns=turns, cues=["model:constraint"])
-        return p, opening_p(p, pipeline.extract_score(pipeline.extract_values(w)))
+        pipeline.triaged = {turns[-1].index: p}
+        _, alone = pipeline.opening_sentence(w) or (None, p)
+        return p, opening_p(p, pipeline.extract_score(pipeline.extract_values(w)), alone)
 
     (p_basil, basil_p), (_, coeliac_p) = gate(basil), gate(coeliac)
     assert p_basil >= DURABLE_MIN_P
