@@ -95,8 +95,8 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     extraction's score alone would decide (:func:`extract_table`); with ``lasting`` every
     scored later turn (and every later turn cue words found) gets ``pl``: the lasting check's
     P(wanted again), read after the user's two turns before it, as :meth:`Pipeline._lasting`
-    reads it, and a scored opening ``ps``: triage's P of its likeliest sentence read alone
-    (:meth:`Pipeline.opening_sentence`), the opening gate's third read (:func:`opening_p`).
+    reads it, and every scored turn ``ps``: triage's P of its likeliest sentence read alone
+    (:meth:`Pipeline.likeliest_sentence`), the opening gate's third read (:func:`opening_p`).
     ``openings``: only each conversation's opening message is scored."""
     from engine.learning import triage
     from engine.learning.pipeline import earlier_requests
@@ -125,9 +125,10 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
         if row["cued"]:  # cue words found it: the app asks triage alone (Pipeline._confirm)
             seg = next(w for w in passed if w.turns[-1].index == users[-1].index).turns
             row["pc"] = pipe.triage_score(seg)[0]
-        if lasting and row["opening"] and row["p"] is not None and passed:
-            pipe.triaged = {users[-1].index: row["p"]}  # as Pipeline._scored keeps it
-            best = pipe.opening_sentence(passed[-1])
+        if lasting and row["p"] is not None and (passed or not row["opening"]):
+            # an opening's P is its one read alone, as the gate reuses it; a later turn's is
+            # the mean of two reads, so its one sentence is read alone again
+            best = pipe.likeliest_sentence(users[-1].text, row["p"] if row["opening"] else None)
             row["ps"] = best[1] if best else row["p"]
         if lasting and (row["p"] is not None or row.get("pc") is not None) \
                 and not row["opening"]:
@@ -274,7 +275,10 @@ def lasting_table(rows: list[dict[str, Any]]) -> str:
              "------------------------------|-----"]
     for name, f in (("triage P(durable)", lambda r: r["p"]),
                     ("lasting P(wanted again)", lambda r: r["pl"]),
-                    ("mean of the two", lambda r: (r["p"] + r["pl"]) / 2)):
+                    ("mean of the two", lambda r: (r["p"] + r["pl"]) / 2),
+                    ("triage P, likeliest sentence", lambda r: r.get("ps"))):
+        if any(f(r) is None for r in sel):
+            continue
         a = auc([f(r) for r in pos], [f(r) for r in neg])
         lines.append(f"{name:<30}| {'n/a' if a is None else f'{a:.2f}'}")
     lines += ["gate                                   | durable let through | others let through "

@@ -71,7 +71,7 @@ EXTRACT_OPTIONS = {"none": " []", "some": ' [{"', "some_": " [{", "some_nl": " [
 EXTRACT_MIN_P = 0.3
 # The conversation's opening message is decided by one score fitted on three reads: triage's
 # P(durable) of the whole message, extraction's P(a skill), and triage's P of the message's
-# likeliest sentence read alone (:meth:`Pipeline.opening_sentence`): a fact said beside a
+# likeliest sentence read alone (:meth:`Pipeline.likeliest_sentence`): a fact said beside a
 # request ("…what could we do on the saturday night? I've got tinnitus, anywhere loud…") reads
 # 0.48 whole and 0.77 alone. A logistic fit on their logits (:func:`opening_p`), fitted on the
 # 161 model-triaged openings of the read splits fresh53-59 (`skilldesk bench triage --openings
@@ -445,13 +445,13 @@ class Pipeline:
             sure = max((self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0)
             if self.at_opening(w):
                 whole = self.triaged[self.opening]
-                sent, alone = self.opening_sentence(w) or (None, whole)
+                text = w.turns[w.focus].text
+                sent, alone = self.likeliest_sentence(text, whole) or (None, whole)
                 q = opening_p(whole, p, alone)
                 if q < OPENING_MIN_P:
                     log.info("evolution: the opening's P(durable) from three reads %.2f < %.2f",
                              q, OPENING_MIN_P)
                     return [], None
-                text = w.turns[w.focus].text
                 if sent is not None and normalize(sent) != normalize(text):
                     # the sentence that lasts is the evidence, the rest of the message context
                     rest = " ".join(text.replace(sent, " ").split()) if sent in text else text
@@ -483,7 +483,7 @@ class Pipeline:
         """The extraction prompt's inputs for window ``w``: the evidence turns, numbered; the
         context (earlier requests: the window's turns before its evidence and ``earlier``,
         :func:`earlier_requests`; the last reply; a repeated format); the language.
-        ``focus`` (the opening's sentence that lasts, :meth:`opening_sentence`, and the rest of
+        ``focus`` (the opening's sentence that lasts, :meth:`likeliest_sentence`, and the rest of
         the message): that sentence is the evidence, the rest its context."""
         tiny = self.llm.tier == "tiny"
         evidence = [t.text for t in (w.turns if tiny else w.turns[w.focus:])]
@@ -526,23 +526,23 @@ class Pipeline:
             return None
         return 1.0 - probs["none"]
 
-    def opening_sentence(self, w: triage.Window) -> tuple[str, float] | None:
-        """(the sentence of the conversation's opening message that triage, reading each
-        alone, finds likeliest to last, that P); None where the message has no sentence but
-        questions (a question is a request, never a rule: :func:`statements`) or a read gave
-        no usable answer. A message that is one sentence is read once: its P is triage's.
+    def likeliest_sentence(self, text: str, whole: float | None = None
+                           ) -> tuple[str, float] | None:
+        """(the sentence of ``text`` that triage, reading each alone, finds likeliest to last,
+        that P); None where ``text`` has no sentence but questions (a question is a request,
+        never a rule: :func:`statements`) or a read gave no usable answer. ``whole``: triage's
+        P of ``text`` read alone, where known — a message that is one sentence is not read
+        again.
 
         An opening is a request, and maybe a fact about the user beside it ("…what could we
         do on the saturday night? I've got tinnitus, anywhere loud…"). Triage read whole
-        scored that 0.48, the fact alone 0.77: the gate weighs both (:func:`opening_p`), and
-        extraction reads the sentence alone (:meth:`extract_values`): read whole,
-        Qwen2.5-Coder-1.5B wrote the request's task skill ("Tent selection", "旅行建议 |
-        推荐周边游玩的地方") and not the fact — read fresh62, 0 of its 4 firm facts."""
-        text = w.turns[w.focus].text
+        scored that 0.48, the fact alone 0.77: the opening's gate weighs both
+        (:func:`opening_p`), and extraction reads the sentence alone (:meth:`extract_values`):
+        read whole, Qwen2.5-Coder-1.5B wrote the request's task skill ("Tent selection",
+        "旅行建议 | 推荐周边游玩的地方") and not the fact — read fresh62, 0 of its 4 firm facts."""
         stmts = statements([text])
-        if len(stmts) == 1 and normalize(stmts[0]) == normalize(text):
-            p = self.triaged.get(w.turns[w.focus].index)
-            return (stmts[0], p) if p is not None else None
+        if whole is not None and len(stmts) == 1 and normalize(stmts[0]) == normalize(text):
+            return stmts[0], whole
         reads = [self._triage_read([triage.UserTurn(-1, s, triage.signal(s))]) for s in stmts]
         if not reads or any(r is None for r in reads):
             return None
@@ -991,7 +991,7 @@ MAX_OPTIONS = 9  # the quote prompt's schema numbers sentences 1-9
 def opening_p(p_durable: float, p_skill: float, p_sentence: float) -> float:
     """P(the conversation's opening message holds a lasting rule) from triage's P(durable) of
     the whole message, extraction's P(a skill), and triage's P of the message's likeliest
-    sentence read alone (:meth:`Pipeline.opening_sentence`): the logistic fit
+    sentence read alone (:meth:`Pipeline.likeliest_sentence`): the logistic fit
     :data:`OPENING_FIT`."""
     a, b, c, d = OPENING_FIT
     return 1.0 / (1.0 + math.exp(-(a * logit(p_durable) + b * logit(p_skill)

@@ -317,6 +317,12 @@ def test_bench_triage_lasting_compares_the_gates_on_later_turns():
     assert "| 2/2 (1.00)" in gate["even odds on every turn (app)"]
     assert gate["even odds on every turn (app)"].endswith("0/1")  # 0.55 < 0.7: the one-off stops
     assert let_through(rows[0]) and not let_through(rows[2])
+    # the likeliest sentence read alone gets its AUC where every row has it
+    assert "triage P, likeliest sentence" not in gate
+    for r, ps in zip(rows, (0.8, 0.7, 0.2), strict=True):
+        r["ps"] = ps
+    gate = {ln.split("|")[0].strip(): ln for ln in lasting_table(rows).splitlines() if "|" in ln}
+    assert gate["triage P, likeliest sentence"].endswith("| 1.00")
 
 
 def test_bench_triage_tabulates_the_turns_cue_words_find_at_triages_bar():

@@ -381,8 +381,7 @@ def test_qwen_opening_gate_stops_a_question_triage_let_through_but_not_a_stated_
         turns = user_turns([{"role": "user", "content": said}])
         p = pipeline.triage_score(turns)[0]
         w = Window(turns=turns, cues=["model:constraint"])
-        pipeline.triaged = {turns[-1].index: p}
-        _, alone = pipeline.opening_sentence(w) or (None, p)
+        _, alone = pipeline.likeliest_sentence(turns[-1].text, p) or (None, p)
         return p, opening_p(p, pipeline.extract_score(pipeline.extract_values(w)), alone)
 
     (p_basil, basil_p), (_, coeliac_p) = gate(basil), gate(coeliac)
