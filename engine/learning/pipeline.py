@@ -452,9 +452,11 @@ class Pipeline:
                     log.info("evolution: the opening's P(durable) from three reads %.2f < %.2f",
                              q, OPENING_MIN_P)
                     return [], None
-                if sent is not None and normalize(sent) != normalize(text):
+                rest = " ".join(text.replace(sent, " ").split()) if sent and sent in text \
+                    else text
+                if sent is not None and normalize(sent) != normalize(text) \
+                        and content_tokens(rest):
                     # the sentence that lasts is the evidence, the rest of the message context
-                    rest = " ".join(text.replace(sent, " ").split()) if sent in text else text
                     log.info("evolution: the opening's lasting sentence is read alone: %s",
                              clip(sent, 80))
                     self.focused = (sent, rest)

@@ -601,6 +601,16 @@ def test_the_opening_gate_reads_the_likeliest_sentence_alone(tmp_path, p_fact, w
     assert any(a.kind == "add" for a in actions) is written, [(a.kind, a.reason) for a in actions]
 
 
+def test_an_opening_whose_other_words_say_nothing_is_read_whole(tmp_path):
+    """The rest of the opening is no request ("Ok?"): the message is read whole, with no
+    empty context line."""
+    llm = FactBeside(["Avoid meat"], "vegan", name="Vegan")
+    Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run(
+        [U("I'm strictly vegan. Ok?")], "turn")
+    assert llm.prompts[-1].rstrip().endswith("1. I'm strictly vegan. Ok?")
+    assert "Earlier user messages" not in llm.prompts[-1]
+
+
 def test_a_later_turns_evidence_is_the_whole_turn(tmp_path):
     """Only the conversation's opening is cut to its fact: a later turn already has its
     request before it, as context."""
