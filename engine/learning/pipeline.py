@@ -454,9 +454,15 @@ class Pipeline:
                     return [], None
                 rest = " ".join(text.replace(sent, " ").split()) if sent and sent in text \
                     else text
-                if sent is not None and normalize(sent) != normalize(text) \
-                        and content_tokens(rest):
-                    # the sentence that lasts is the evidence, the rest of the message context
+                told = content_tokens(rest)
+                if sent is not None and normalize(sent) != normalize(text) and told \
+                        and not told & content_tokens(sent):
+                    # a fact beside a request that shares none of its words ("…saturday
+                    # night? I've got tinnitus…") is the evidence, the request context; a rule
+                    # about the request's own task ("Summarize this: … Please start the
+                    # summary with a TL;DR") is read with it: alone, Qwen-1.5B described that
+                    # skill as "a one-line summary of the previous message", which no later
+                    # "Please summarize: …" found
                     log.info("evolution: the opening's lasting sentence is read alone: %s",
                              clip(sent, 80))
                     self.focused = (sent, rest)

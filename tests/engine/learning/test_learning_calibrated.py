@@ -611,6 +611,15 @@ def test_an_opening_whose_other_words_say_nothing_is_read_whole(tmp_path):
     assert "Earlier user messages" not in llm.prompts[-1]
 
 
+def test_an_openings_rule_about_its_own_task_is_read_with_the_request(tmp_path):
+    """The likeliest sentence shares the request's task word ("summary"): it is a rule about
+    that task, not a fact beside it, and extraction reads the whole message."""
+    said = "Summarize the minutes for me. Start every summary with a one-line TL;DR."
+    llm = FactBeside(["Start every summary with a one-line TL;DR"], "TL;DR", name="Summaries")
+    Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)], "turn")
+    assert llm.prompts[-1].rstrip().endswith(f"1. {said}")
+
+
 def test_a_later_turns_evidence_is_the_whole_turn(tmp_path):
     """Only the conversation's opening is cut to its fact: a later turn already has its
     request before it, as context."""
