@@ -106,15 +106,24 @@ _ZH_WH = re.compile(r"怎么|怎样|什么|为什么|为啥|咋|哪|谁|多少|�
 _ZH_SHORT_CLAUSE = 5  # characters: "怎么弄", "要多少钱"; not "我不知道怎么写" (a statement)
 _EN_INVERTED = re.compile(r"^((is|are|was|were)\s+(i|it|we|he|she|they|there|this|that|these|"
                           r"those)|(do|does|did|should|shall|am)\s+(i|it|we|he|she|they))\b", re.I)
+# a question about what the user is to do, typed without its mark as the last clause of a
+# sentence ("…wants a taco bar for his mates, what fillings and salsas should I do", "how do I
+# get it out"); not an indirect one that asks the assistant for something ("…, how fiery is
+# each one")
+_EN_WH_SELF = re.compile(r"^(what|which|how|where|when|who|why)\b.*\b(should|shall|can|could|"
+                         r"do|does|did|would|will|must|am)\s+(i|we)\b", re.I)
 
 
 def is_question(text: str) -> bool:
     """The sentence asks something ("…?", "…吗", or a question without its mark: "…，是不是
-    该换了", "…，怎么弄", "is it worth it") rather than stating a rule."""
+    该换了", "…，怎么弄", "is it worth it", "…, what fillings should I do") rather than stating
+    a rule."""
     s = QUOTED.sub(" ", normalize(text)).strip().rstrip(" .。!！")
     if _QUESTION.search(s) or _EN_INVERTED.search(s):
         return True
     last = [c for c in _CLAUSE.split(s) if c.strip()][-1:] or [""]
+    if _EN_WH_SELF.search(last[0].strip()):
+        return True
     last_zh = "".join(ch for ch in last[0] if "\u4e00" <= ch <= "\u9fff")
     a_not_a = _ZH_A_NOT_A.search(last_zh)
     if a_not_a and not _ZH_EMBEDS.search(last_zh[:a_not_a.start()]):

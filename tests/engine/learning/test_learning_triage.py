@@ -352,6 +352,11 @@ def test_vet_uses_the_turns_to_generalize_and_keeps_a_stated_constraint():
     ("你写的是不是太长了", True),                                       # about what was written
     ("Do not put prices in the captions", False),
     ("Have this ready by nine", False),
+    # a last clause that asks what the user is to do; not one asked of what is written
+    ("also he wants a taco bar for his mates, what fillings and salsas should I do", True),
+    ("how do I get it out without wrecking the tiles", True),
+    ("and give those the chilli treatment too, how fiery is each one", False),
+    ("Always tell me how much I would save", False),
 ])
 def test_a_question_typed_without_its_mark_is_a_question(text, asks):
     from engine.learning.rules import is_question
