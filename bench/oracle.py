@@ -108,6 +108,7 @@ class OracleLLM:
                 else "rewrite" if "query" in props else "reword" if "rule" in props
                 else "name" if props == {"name"}
                 else "quote" if "sentence" in props
+                else "fact" if "fact" in props
                 else "triage" if "kind" in props
                 else "filter" if "use" in props
                 else "about" if "about" in props else "merge")
@@ -169,6 +170,15 @@ class OracleLLM:
                    for r in e.get("constraints") or []):
                 return {"sentence": str(i)}
         return {"sentence": "0"}
+
+    def _fact(self, prompt: str) -> dict[str, Any]:
+        """The fact a sentence said beside a request (``fact.md``): the first rule of the
+        expected item whose evidence it holds; "" (no usable answer) when none does."""
+        said = normalize(re.split(r"Said:|用户说：", prompt)[-1])
+        for e in self.expect:
+            if e.get("evidence") and normalize(e["evidence"]) in said and e.get("constraints"):
+                return {"fact": e["constraints"][0]}
+        return {"fact": ""}
 
     def _triage(self, prompt: str) -> dict[str, Any]:
         """Durable when an expected item's evidence is in the user turns shown."""

@@ -218,6 +218,19 @@ class Pipeline:
                 rules = list(c.constraints)
                 why = vet_candidate(c, w.user_text, w.assistant_text, texts, context=requests,
                                     evidence=evidence, reword=reword)
+                restated = False  # the rule is the fact the opening said, without its story
+                if why and why.startswith("no rule grounded") and self.focused is not None:
+                    fact = self.fact(self.focused[0])
+                    if fact is not None:
+                        c.constraints = [fact]
+                        restated = vet_candidate(
+                            c, w.user_text, w.assistant_text, texts, context=requests,
+                            evidence=evidence, reword=reword) is None
+                        if restated:
+                            c.description = fact
+                            why = None
+                        else:
+                            c.constraints = rules
                 if why and why.startswith("no rule grounded"):
                     # the model paraphrased the user too far (Qwen-1.5B on the tune half:
                     # "Use phrases like 'matey'" for "talk to me like a cheerful pirate", "不推荐
@@ -227,7 +240,7 @@ class Pipeline:
                     # 成小块" where the user's sentence asked for questions and answers)
                     own = own_sentence(rules, shown)
                     if own is None and self.focused is not None:
-                        own = self.focused[0]  # the opening's sentence that lasts
+                        own = self.focused[0]  # the opening's sentence that lasts, story and all
                     if own is None and by_model:
                         own = self.quote(w, requests)
                     c.constraints = [own] if own is not None else rules
@@ -238,7 +251,7 @@ class Pipeline:
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                     continue
-                if evidence is not None:  # a rule said after the request, in its own turn
+                if evidence is not None and not restated:  # a rule said after the request
                     c.constraints = in_user_words(c.constraints, shown, requests)
                 if by_model:
                     c.constraints = self.standalone(c.constraints, said_now)
@@ -557,6 +570,29 @@ class Pipeline:
         p = [sum(r.values()) for r in reads]
         best = max(range(len(stmts)), key=p.__getitem__)
         return stmts[best], p[best]
+
+    def fact(self, sentence: str) -> str | None:
+        """The lasting fact about the user that ``sentence`` (a fact said beside the opening's
+        request, :meth:`likeliest_sentence`) states, said without the story of this one
+        occasion (``fact.md``, ``fact.zh.md`` for a Chinese sentence); None when the model gave
+        no usable answer.
+
+        Where the model's own rules for such a fact were not grounded in the user's words,
+        the user's sentence was the rule, story and all: "我有腱鞘炎，右手手腕一使劲就疼，拧个
+        瓶盖都费劲，医生让我少用手腕" (read fresh63), "I've got no sense of smell at all since a
+        head injury in my twenties, so…" (read fresh57) — case details a skill must not carry
+        ("右手", "瓶盖", "head injury"). Asked for the fact alone, Qwen2.5-Coder-1.5B wrote
+        "用户腱鞘炎：手腕不能用力。"; of the 80 facts of the read fresh44-63 its answers kept a
+        case detail in 7 where the sentences held one in 23. The answer is a rule like any
+        other: its words must come from the user's (grounding, :func:`vet_candidate`), or the
+        sentence is the rule as before.
+        """
+        new = self._answer("fact", "fact", lang=language(sentence),
+                           said=clip(scrub(sentence), 600))
+        if not new:
+            return None
+        log.info("evolution: the fact without its story: %s", clip(new, 120))
+        return new
 
     # ------------------------------------------------------------------------------ quote
     def quote(self, w: triage.Window, requests: Sequence[str] = ()) -> str | None:

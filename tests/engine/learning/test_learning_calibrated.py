@@ -588,6 +588,50 @@ def test_an_openings_fact_beside_its_request_is_extracted_alone(tmp_path, said, 
         assert add.kind == "add" and "- Avoid " in add.skill.instructions
 
 
+class FactRestated(FactBeside):
+    """FactBeside whose model, asked for the fact alone (fact.md), answers ``restated``."""
+
+    def __init__(self, rules, fact, restated, **kw):
+        super().__init__(rules, fact, **kw)
+        self.restated = restated
+
+    def structured(self, messages, schema, params=None, cancel=None):
+        if set(schema.get("properties") or {}) == {"fact"}:
+            self.calls.append("fact")
+            return {"fact": self.restated}
+        return super().structured(messages, schema, params, cancel)
+
+
+STORY = ("Any ideas for a night out on saturday? I've got tinnitus since the Leeds gig in 2019, "
+         "a club or a gig sets it off screaming for days.")
+
+
+@pytest.mark.parametrize("restated, rule", [
+    # the fact without the story of this one occasion: the rule and the skill's description
+    ("The user has tinnitus: a club or a gig sets it off.",
+     "The user has tinnitus: a club or a gig sets it off."),
+    # in words the user never said (another language is none of theirs either): the user's
+    # sentence, as before
+    ("用户有耳鸣。", None),
+    ("The user enjoys quiet museums and libraries.", None)])
+def test_an_openings_fact_is_the_rule_without_its_story(tmp_path, restated, rule):
+    """A fact beside the opening's request whose model rule is not grounded in the user's
+    words: the model's statement of the fact without its story (fact.md) is the rule where
+    the user's words ground it; otherwise the user's sentence, story and all."""
+    said = STORY.split("? ", 1)[1]
+    llm = FactRestated(["Suggest quiet venues"], "tinnitus", restated, name="Night out")
+    [add] = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(STORY)],
+                                                                              "turn")
+    assert add.kind == "add" and "fact" in llm.calls, add.reason
+    rules = [line[2:] for line in add.skill.instructions.splitlines() if line.startswith("- ")]
+    assert rules == [rule or said]
+    if rule is not None:
+        assert add.skill.description == rule
+        s = add.skill
+        written = "\n".join([s.title, s.description, s.instructions, *s.triggers]).lower()
+        assert not [w for w in ("leeds", "2019", "screaming") if w in written], written
+
+
 @pytest.mark.parametrize("p_fact, written", [(0.9, True), (0.45, False)])
 def test_the_opening_gate_reads_the_likeliest_sentence_alone(tmp_path, p_fact, written):
     """Triage read the whole opening (a request and a fact beside it) at 0.45, past its own

@@ -327,6 +327,22 @@ def test_qwen_rewords_a_rule_without_the_requests_case(pipeline, rule, words):
     assert new is not None and reworded(rule, new, content_tokens(" ".join(words))), new
 
 
+@pytest.mark.parametrize("said, fact, story", [
+    ("I'm registered blind, so on the train to Bristol last week a stranger had to read the "
+     "departure board for me", "blind", ["bristol", "stranger", "last week"]),
+    ("我对猫毛过敏，去年去朋友家住了一晚上，第二天眼睛肿得睁不开", "过敏", ["朋友家", "去年", "眼睛肿"])])
+def test_qwen_says_a_fact_without_the_story_of_its_occasion(pipeline, said, fact, story):
+    """The fact step (fact.md) on the recommended model: the lasting fact comes back, grounded
+    in the user's words as a rule must be, and without the story it was told with."""
+    from engine.learning.checks import grounded
+    from engine.text import content_tokens
+
+    new = pipeline.fact(said)
+    assert new is not None and fact in new.lower(), new
+    assert grounded(new, content_tokens(said), said), new
+    assert not [w for w in story if w in new.lower()], new
+
+
 @pytest.mark.parametrize("description, rules", [
     ("How the user wants job adverts written.",
      ["Put the pay and the hours in the first line", "Keep it under 80 words"]),
