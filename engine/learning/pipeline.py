@@ -582,8 +582,8 @@ class Pipeline:
         瓶盖都费劲，医生让我少用手腕" (read fresh63), "I've got no sense of smell at all since a
         head injury in my twenties, so…" (read fresh57) — case details a skill must not carry
         ("右手", "瓶盖", "head injury"). Asked for the fact alone, Qwen2.5-Coder-1.5B wrote
-        "用户腱鞘炎：手腕不能用力。"; of the 80 facts of the read fresh44-63 its answers kept a
-        case detail in 7 where the sentences held one in 23. The answer is a rule like any
+        "用户有腱鞘炎，手腕一用力就疼。"; of the 80 facts of the read fresh44-63 its answers kept a
+        case detail in 5 where the sentences held one in 23. The answer is a rule like any
         other: its words must come from the user's (grounding, :func:`vet_candidate`), or the
         sentence is the rule as before.
         """

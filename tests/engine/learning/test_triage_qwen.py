@@ -327,20 +327,32 @@ def test_qwen_rewords_a_rule_without_the_requests_case(pipeline, rule, words):
     assert new is not None and reworded(rule, new, content_tokens(" ".join(words))), new
 
 
-@pytest.mark.parametrize("said, fact, story", [
+FACTS = [  # (a fact told with the story of one occasion, the fact's word, the story's words)
     ("I'm registered blind, so on the train to Bristol last week a stranger had to read the "
      "departure board for me", "blind", ["bristol", "stranger", "last week"]),
-    ("我对猫毛过敏，去年去朋友家住了一晚上，第二天眼睛肿得睁不开", "过敏", ["朋友家", "去年", "眼睛肿"])])
-def test_qwen_says_a_fact_without_the_story_of_its_occasion(pipeline, said, fact, story):
-    """The fact step (fact.md) on the recommended model: the lasting fact comes back, grounded
-    in the user's words as a rule must be, and without the story it was told with."""
+    ("I'm vegan, so at my work christmas do last year I ate chips all night", "vegan",
+     ["christmas", "last year"]),
+    ("我对猫毛过敏，去年去朋友家住了一晚上，第二天眼睛肿得睁不开", "过敏", ["朋友家", "去年", "眼睛肿"]),
+    ("我晕车很厉害，上个月去黄山坐大巴吐了一路", "晕车", ["黄山", "上个月"])]
+
+
+def test_qwen_says_a_fact_without_the_story_of_its_occasion(pipeline):
+    """The fact step (fact.md, fact.zh.md) on the recommended model: for at least three of the
+    four facts it says the fact in words the user's ground (where it does not, the sentence
+    stays the rule), and of those at most one keeps the story it was told with (on the read
+    fresh44-63 the answers kept a case detail in 5 of 80 facts)."""
     from engine.learning.checks import grounded
     from engine.text import content_tokens
 
-    new = pipeline.fact(said)
-    assert new is not None and fact in new.lower(), new
-    assert grounded(new, content_tokens(said), said), new
-    assert not [w for w in story if w in new.lower()], new
+    used, told = [], []
+    for said, fact, story in FACTS:
+        new = pipeline.fact(said)
+        if new is None or not grounded(new, content_tokens(said), said):
+            continue
+        assert fact in new.lower(), new
+        used.append(new)
+        told += [new] if [w for w in story if w in new.lower()] else []
+    assert len(used) >= 3 and len(told) <= 1, (used, told)
 
 
 @pytest.mark.parametrize("description, rules", [
