@@ -16,6 +16,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -216,16 +217,16 @@ class Pipeline:
                 c.fixing = fixing
                 c.said = clip(said_now, 600)
                 rules = list(c.constraints)
-                why = vet_candidate(c, w.user_text, w.assistant_text, texts, context=requests,
-                                    evidence=evidence, reword=reword)
+                # vet(keep=None): the checks, as often as the rules change
+                vet = partial(vet_candidate, c, w.user_text, w.assistant_text, texts,
+                              context=requests, evidence=evidence, reword=reword)
+                why = vet()
                 restated = False  # the rule is the fact the opening said, without its story
                 if why and why.startswith("no rule grounded") and self.focused is not None:
                     fact = self.fact(self.focused[0])
                     if fact is not None:
                         c.constraints = [fact]
-                        restated = vet_candidate(
-                            c, w.user_text, w.assistant_text, texts, context=requests,
-                            evidence=evidence, reword=reword) is None
+                        restated = vet() is None
                         if restated:
                             c.description = fact
                             why = None
@@ -246,8 +247,7 @@ class Pipeline:
                     c.constraints = [own] if own is not None else rules
                     # nor may it where the model answered that no sentence is meant to last
                     saver = None if own is not None or self.declined(w, requests) else keep
-                    why = vet_candidate(c, w.user_text, w.assistant_text, texts, saver,
-                                        context=requests, evidence=evidence, reword=reword)
+                    why = vet(saver)
                 if why:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                     continue
