@@ -129,7 +129,7 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
             # an opening's P is its one read alone, as the gate reuses it; a later turn's is
             # the mean of two reads, so its one sentence is read alone again
             best = pipe.likeliest_sentence(users[-1].text, row["p"] if row["opening"] else None)
-            row["ps"] = best[1] if best else row["p"]
+            row["ps"] = best.p if best else row["p"]
         if lasting and (row["p"] is not None or row.get("pc") is not None) \
                 and not row["opening"]:
             row["pl"] = pipe.lasting_score(users[-1], [t.text for t in users[:-1]][-2:])

@@ -531,12 +531,14 @@ class FactBeside(FixedExtract):
     """FixedExtract on a backend that reads token scores: triage says durable with P
     ``p_fact`` of a message that holds ``fact``, 0.3 of any other (``p_whole``, where given,
     of the whole two-sentence message); extraction "a skill" with P ``p_skill``; the quote
-    step "none" and the keep check no. Keeps the evidence and context of every extraction."""
+    step "none" and the keep check no. Keeps the evidence and context of every extraction.
+    ``kind``: the durable kind triage finds likeliest for the sentence that holds ``fact``
+    (None: all six alike)."""
 
-    def __init__(self, rules, fact, p_fact=0.95, p_whole=None, p_skill=0.99, **kw):
+    def __init__(self, rules, fact, p_fact=0.95, p_whole=None, p_skill=0.99, kind=None, **kw):
         super().__init__(rules, **kw)
         self.fact, self.p_fact, self.p_whole, self.prompts = fact, p_fact, p_whole, []
-        self.p_skill = p_skill
+        self.p_skill, self.kind = p_skill, kind
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
         said = messages[-1]["content"]
@@ -544,7 +546,10 @@ class FactBeside(FixedExtract):
             said = said.rsplit("\n", 1)[-1].split(". ", 1)[-1]  # "1. <the message>"
             p = (self.p_fact if self.fact in said else 0.3) if self.p_whole is None or \
                 said.count(".") < 2 else self.p_whole  # the whole message: two sentences
-            return {o: math.log(1 - p if o == "none" else p / 6) for o in options}
+            share = {o: 1 / 6 for o in options if o != "none"}
+            if self.kind is not None and self.fact in said:
+                share = {o: 0.5 if o == self.kind else 0.1 for o in share}
+            return {o: math.log(1 - p if o == "none" else p * share[o]) for o in options}
         if prefix.startswith(('{"sentence"', '{"keep"')):
             return {o: math.log(0.9 if o in ("0", "no") else 0.1 / (len(options) - 1))
                     for o in options}
@@ -662,6 +667,21 @@ def test_an_openings_rule_about_its_own_task_is_read_with_the_request(tmp_path):
     llm = FactBeside(["Start every summary with a one-line TL;DR"], "TL;DR", name="Summaries")
     Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)], "turn")
     assert llm.prompts[-1].rstrip().endswith(f"1. {said}")
+
+
+@pytest.mark.parametrize("kind, alone", [("constraint", True), ("rule", False)])
+def test_an_openings_fact_that_shares_a_word_with_its_request_is_read_alone(tmp_path, kind,
+                                                                            alone):
+    """The likeliest sentence shares a word with the request ("two"): where triage, reading
+    it alone, finds it likeliest a constraint (a fact about the user), it is the evidence and
+    the request its context; where a rule, it is about the request's task and read whole."""
+    fact = "I've only got the one arm, so nothing that needs two hands."
+    said = f"Plan me two weeks of things to do with the grandkids. {fact}"
+    llm = FactBeside(["Suggest things to do one-handed"], "one arm", kind=kind,
+                     name="One-handed")
+    Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)], "turn")
+    evidence = re.split("User messages:|用户消息：", llm.prompts[-1])[1].strip()
+    assert evidence == (f"1. {fact}" if alone else f"1. {said}"), evidence
 
 
 def test_a_later_turns_evidence_is_the_whole_turn(tmp_path):

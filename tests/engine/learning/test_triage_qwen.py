@@ -409,8 +409,9 @@ def test_qwen_opening_gate_stops_a_question_triage_let_through_but_not_a_stated_
         turns = user_turns([{"role": "user", "content": said}])
         p = pipeline.triage_score(turns)[0]
         w = Window(turns=turns, cues=["model:constraint"])
-        _, alone = pipeline.likeliest_sentence(turns[-1].text, p) or (None, p)
-        return p, opening_p(p, pipeline.extract_score(pipeline.extract_values(w)), alone)
+        best = pipeline.likeliest_sentence(turns[-1].text, p)
+        return p, opening_p(p, pipeline.extract_score(pipeline.extract_values(w)),
+                            best.p if best else p)
 
     (p_basil, basil_p), (_, coeliac_p) = gate(basil), gate(coeliac)
     assert p_basil >= DURABLE_MIN_P
