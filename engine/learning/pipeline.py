@@ -167,6 +167,7 @@ class Pipeline:
         self.eta = eta  # η, where ``search`` scores are retrieval's P(related)
         self.triaged: dict[int, float] = {}
         self.quoted: dict[tuple, list[float] | None] = {}  # quote answers of this run
+        self.facts: dict[str, str | None] = {}  # fact answers of this run
         self.users: list[triage.UserTurn] = []  # the user's turns of the conversation
         self.remembered = False  # the user asked for the newest turn to be remembered
         self.key = ""  # conversation_key of the conversation being learned from
@@ -185,7 +186,7 @@ class Pipeline:
         stands as for any rule."""
         self.checkpoint = checkpoint or (lambda: None)
         self.triaged = {}  # message index -> triage's P(durable), for extraction
-        self.quoted = {}
+        self.quoted, self.facts = {}, {}
         self.focused: tuple[str, str] | None = None  # (the opening's sentence, the rest)
         self.users = triage.user_turns(messages)
         self.key = conversation_key(messages)
@@ -230,17 +231,12 @@ class Pipeline:
                 vet = partial(vet_candidate, c, w.user_text, w.assistant_text, texts,
                               context=requests, evidence=evidence, reword=reword)
                 why = vet()
-                restated = False  # the rule is the fact the opening said, without its story
+                # the rule is the fact the opening said, without its story (None: not asked)
+                restated = None
                 if why and why.startswith("no rule grounded") and self.focused is not None:
-                    fact = self.fact(self.focused[0])
-                    if fact is not None:
-                        c.constraints = [fact]
-                        restated = vet() is None
-                        if restated:
-                            c.description = fact
-                            why = None
-                        else:
-                            c.constraints = rules
+                    restated = self.restate(c, vet)
+                    if restated:
+                        why = None
                 if why and why.startswith("no rule grounded"):
                     # the model paraphrased the user too far (Qwen-1.5B on the tune half:
                     # "Use phrases like 'matey'" for "talk to me like a cheerful pirate", "不推荐
@@ -261,7 +257,14 @@ class Pipeline:
                     actions.append(Action("discard", reason=why, candidate=c, step="check"))
                     continue
                 if evidence is not None and not restated:  # a rule said after the request
-                    c.constraints = in_user_words(c.constraints, shown, requests)
+                    said_so = in_user_words(c.constraints, shown, requests)
+                    # where the user's sentence would win over the model's rule for a fact
+                    # beside the opening's request, so would its story ("I'm on warfarin for
+                    # life after a clot on my lung three years back so…" for "Avoid blood
+                    # thinners"): the fact said without it, where the user's words ground it
+                    if said_so == c.constraints or self.focused is None or restated is not None \
+                            or not self.restate(c, vet):
+                        c.constraints = said_so
                 if by_model:
                     c.constraints = self.standalone(c.constraints, said_now)
                 vetted.append(c)
@@ -587,6 +590,20 @@ class Pipeline:
         best = max(range(len(stmts)), key=p.__getitem__)
         return Likeliest(stmts[best], p[best], max(reads[best], key=reads[best].get))
 
+    def restate(self, c: Candidate, vet: Callable[[], str | None]) -> bool:
+        """Make ``c``'s one rule and its description the fact the opening's focused sentence
+        states, said without its story (:meth:`fact`), where ``vet`` (the candidate's checks)
+        then passes; otherwise ``c`` is left as it was. Whether it was made so."""
+        fact = self.fact(self.focused[0]) if self.focused is not None else None
+        if fact is None:
+            return False
+        rules, c.constraints = c.constraints, [fact]
+        if vet() is None:
+            c.description = fact
+            return True
+        c.constraints = rules
+        return False
+
     def fact(self, sentence: str) -> str | None:
         """The lasting fact about the user that ``sentence`` (a fact said beside the opening's
         request, :meth:`likeliest_sentence`) states, said without the story of this one
@@ -603,12 +620,13 @@ class Pipeline:
         other: its words must come from the user's (grounding, :func:`vet_candidate`), or the
         sentence is the rule as before.
         """
-        new = self._answer("fact", "fact", lang=language(sentence),
-                           said=clip(scrub(sentence), 600))
-        if not new:
-            return None
-        log.info("evolution: the fact without its story: %s", clip(new, 120))
-        return new
+        if sentence not in self.facts:  # asked once per run (one per candidate of it)
+            new = self._answer("fact", "fact", lang=language(sentence),
+                               said=clip(scrub(sentence), 600)) or None
+            if new:
+                log.info("evolution: the fact without its story: %s", clip(new, 120))
+            self.facts[sentence] = new
+        return self.facts[sentence]
 
     # ------------------------------------------------------------------------------ quote
     def quote(self, w: triage.Window, requests: Sequence[str] = ()) -> str | None:

@@ -637,6 +637,30 @@ def test_an_openings_fact_is_the_rule_without_its_story(tmp_path, restated, rule
         assert not [w for w in ("leeds", "2019", "screaming") if w in written], written
 
 
+WARFARIN = ("Any herbal teas to help me wind down at night? I'm on warfarin for life after a "
+            "clot on my lung so anything that messes with blood thinners is out.")
+
+
+@pytest.mark.parametrize("restated, rule", [
+    ("The user is on warfarin: anything that messes with blood thinners is out.",
+     "The user is on warfarin: anything that messes with blood thinners is out."),
+    ("用户在吃抗凝药。", None)])  # words the user never said: their sentence, as before
+def test_an_openings_fact_the_user_said_better_is_said_without_its_story(tmp_path, restated,
+                                                                        rule):
+    """The model's rule for a fact beside the opening's request is grounded but drops what
+    the user said ("Avoid blood thinners"), so the user's sentence would win
+    (:func:`in_user_words`), story and all ("a clot on my lung"): the fact said without its
+    story is the rule and the description where the user's words ground it."""
+    said = WARFARIN.split("? ", 1)[1]
+    llm = FactRestated(["Avoid blood thinners"], "warfarin", restated, name="Warfarin")
+    [add] = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(WARFARIN)],
+                                                                              "turn")
+    assert add.kind == "add" and llm.calls.count("fact") == 1, add.reason
+    rules = [line[2:] for line in add.skill.instructions.splitlines() if line.startswith("- ")]
+    assert rules == [rule or said]
+    assert (add.skill.description == rule) is (rule is not None)
+
+
 @pytest.mark.parametrize("p_fact, written", [(0.9, True), (0.45, False)])
 def test_the_opening_gate_reads_the_likeliest_sentence_alone(tmp_path, p_fact, written):
     """Triage read the whole opening (a request and a fact beside it) at 0.45, past its own
