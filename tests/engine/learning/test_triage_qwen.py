@@ -467,3 +467,26 @@ def test_qwen_cue_words_that_describe_a_problem_do_not_take_a_question_through(p
                          {"role": "assistant", "content": "可以开排气扇，或者在镜子上抹一点洗洁精。"}],
                         "turn")
     assert not [a for a in actions if a.kind in ("add", "merge")], actions
+
+
+def test_qwen_triage_tells_a_fact_beside_a_request_from_a_rule_for_that_request(pipeline):
+    """The durable kind triage finds likeliest for an opening's lasting sentence decides
+    whether it is read apart from its request (a fact about the user: "constraint") or with
+    it (a rule about the request's own task). All three facts read "constraint"; of the
+    three task rules at most one does (on the read scenario sets: 216 of 250 firm facts, 39
+    of the 45 that share a word with their request, and 2 of 26 task rules, a cover letter's
+    length among them)."""
+    facts = ["Find me a weekend away in the Lakes for the two of us. I've been vegan for ten "
+             "years, so no farm stays or steakhouses.",
+             "Plan a week of packed lunches for work. I'm coeliac, so nothing with gluten, and "
+             "I mean nothing.",
+             "帮我推荐几家周末吃饭的地方。我对海鲜过敏，吃一口就起疹子，海鲜馆子就别推荐了。"]
+    rules = ["Draft a cover letter for a barista job at a café near me. Every cover letter "
+             "you write for me should fit on one page.",
+             "Write up this week's report for my manager. Reports go in three parts: what got "
+             "done, what's blocked, what's next.",
+             "帮我写一份这周的周报。周报都按完成事项、遇到的问题、下周计划三段写。"]
+    fact_kinds = [pipeline.likeliest_sentence(t).kind for t in facts]
+    rule_kinds = [pipeline.likeliest_sentence(t).kind for t in rules]
+    assert fact_kinds == ["constraint"] * 3, fact_kinds
+    assert rule_kinds.count("constraint") <= 1, rule_kinds
