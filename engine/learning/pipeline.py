@@ -468,39 +468,24 @@ class Pipeline:
             log.info("evolution: extraction P(a skill) %.3f (%s)", p,
                      clip(values["user_turns"], 80))
             sure = max((self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0)
+            best, text = None, w.turns[w.focus].text
             if self.at_opening(w):
                 whole = self.triaged[self.opening]
-                text = w.turns[w.focus].text
                 best = self.likeliest_sentence(text, whole)
                 q = opening_p(whole, p, best.p if best else whole)
                 if q < OPENING_MIN_P:
                     log.info("evolution: the opening's P(durable) from three reads %.2f < %.2f",
                              q, OPENING_MIN_P)
                     return [], None
-                sent = best.text if best else None
-                rest = " ".join(text.replace(sent, " ").split()) if sent and sent in text \
-                    else text
-                told = content_tokens(rest)
-                if sent is not None and normalize(sent) != normalize(text) and told and (
-                        best.kind == "constraint" or not told & content_tokens(sent)):
-                    # a fact about the user beside a request ("…saturday night? I've got
-                    # tinnitus…") is the evidence, the request context; a rule about the
-                    # request's own task ("Summarize this: … Please start the summary with a
-                    # TL;DR") is read with it: alone, Qwen-1.5B described that skill as "a
-                    # one-line summary of the previous message", which no later "Please
-                    # summarize: …" found. A fact is what triage, reading the sentence alone,
-                    # found likeliest a constraint, or a sentence that shares no word with the
-                    # request: one shared word ("I've", "got", "two", "推荐", "地方") read
-                    # 45 of the 250 firm facts of the read scenario sets with their request,
-                    # and Qwen-1.5B wrote the request's task skill ("Christmas dinner |
-                    # Include both sets of in-laws"); triage's kind found 39 of those 45 a
-                    # constraint, and 2 of 26 rules about the request's own task.
-                    log.info("evolution: the opening's lasting sentence is read alone: %s",
-                             clip(sent, 80))
-                    self.focused = (sent, rest)
-                    values = self.extract_values(w, earlier, focus=self.focused)
             elif p < EXTRACT_MIN_P and sure < TRIAGE_SURE_P:
                 return [], None
+            elif self.opening_alone(w):
+                # let on by cue words, which may sit in the request or in the story ("…家里盐也
+                # 换成无碘的了" is no correction): its fact is read apart all the same
+                best = self.likeliest_sentence(text, self.triaged.get(self.opening))
+            self.focused = self.apart(text, best) if best is not None else None
+            if self.focused is not None:
+                values = self.extract_values(w, earlier, focus=self.focused)
         if p is not None or (self.remembered and self.llm.scores_tokens):
             lang = values["lang"]
             schema = self.llm.prompt("extract", lang).schema or {}  # decided: write one
@@ -565,6 +550,30 @@ class Pipeline:
             log.info("evolution: extraction score unavailable (%s)", exc)
             return None
         return 1.0 - probs["none"]
+
+    @staticmethod
+    def apart(text: str, best: Likeliest) -> tuple[str, str] | None:
+        """(``best``'s sentence, the rest of ``text``) where the opening's likeliest sentence is
+        to be read apart from its request; None where the message is read whole.
+
+        A fact about the user beside a request ("…saturday night? I've got tinnitus…") is the
+        evidence, the request context; a rule about the request's own task ("Summarize this:
+        … Please start the summary with a TL;DR") is read with it: alone, Qwen-1.5B described
+        that skill as "a one-line summary of the previous message", which no later "Please
+        summarize: …" found. A fact is what triage, reading the sentence alone, found
+        likeliest a constraint, or a sentence that shares no word with the request: one shared
+        word ("I've", "got", "two", "推荐", "地方") read 45 of the 250 firm facts of the read
+        scenario sets with their request, and Qwen-1.5B wrote the request's task skill
+        ("Christmas dinner | Include both sets of in-laws"); triage's kind found 39 of those
+        45 a constraint, and 2 of 26 rules about the request's own task."""
+        sent = best.text
+        rest = " ".join(text.replace(sent, " ").split())
+        told = content_tokens(rest)
+        if sent not in text or normalize(sent) == normalize(text) or not told or (
+                best.kind != "constraint" and told & content_tokens(sent)):
+            return None
+        log.info("evolution: the opening's lasting sentence is read alone: %s", clip(sent, 80))
+        return sent, rest
 
     def likeliest_sentence(self, text: str, whole: float | None = None) -> Likeliest | None:
         """The sentence of ``text`` that triage, reading each alone, finds likeliest to last,

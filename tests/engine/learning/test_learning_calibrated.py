@@ -708,6 +708,19 @@ def test_an_openings_fact_that_shares_a_word_with_its_request_is_read_alone(tmp_
     assert evidence == (f"1. {fact}" if alone else f"1. {said}"), evidence
 
 
+def test_an_openings_fact_is_read_alone_where_cue_words_let_the_opening_on(tmp_path):
+    """Cue words let the opening on ("that's not", a correction's, in the fact's story), not
+    the model's triage: its fact is read apart from the request all the same."""
+    fact = "I've got a bad knee, that's not going to change, so no long walks."
+    said = f"Plan a day trip for me and my wife this weekend. {fact}"
+    from engine.learning import triage
+    assert triage.signal(said).correction  # the cue words' path, not the opening gate's
+    llm = FactBeside(["Avoid long walks"], "knee", kind="constraint", name="Outings")
+    Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)], "turn")
+    evidence = re.split("User messages:|用户消息：", llm.prompts[-1])[1].strip()
+    assert evidence == f"1. {fact}", evidence
+
+
 def test_a_later_turns_evidence_is_the_whole_turn(tmp_path):
     """Only the conversation's opening is cut to its fact: a later turn already has its
     request before it, as context."""
