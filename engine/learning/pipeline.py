@@ -273,8 +273,10 @@ class Pipeline:
                 # the user said the rule with a cue word: none of their own rule sentences is
                 # lost because a small model moved it elsewhere (Qwen-1.5B once put "start
                 # every summary with a TL;DR" into an example and kept only the bullet limit)
-                said = w if mode == "conversation" else triage.Window(
-                    turns=w.turns[-1:], cues=w.cues)  # a chat turn: only its own sentences
+                if self.focused is not None or mode == "conversation":
+                    said = self.evidence_window(w)
+                else:  # a chat turn: only its own sentences
+                    said = triage.Window(turns=w.turns[-1:], cues=w.cues)
                 rules = vetted[0].constraints
                 for r in rule_extract(said):
                     for rule in r.constraints:
@@ -294,7 +296,7 @@ class Pipeline:
                 # the model found no usable rule; the user's own rule sentences may still
                 # hold what it missed (never anything the user did not say), unless the
                 # model, asked about exactly those sentences, says none is meant to last
-                fallback = rule_extract(w)
+                fallback = rule_extract(self.evidence_window(w))
                 for c in fallback if fallback and not self.declined(w, requests) else []:
                     c.fixing = fixing
                     c.said = clip(said_now, 600)
@@ -317,6 +319,17 @@ class Pipeline:
     def opening(self) -> int:
         """The message index of the conversation's first user turn (-1: none)."""
         return self.users[0].index if self.users else -1
+
+    def evidence_window(self, w: triage.Window) -> triage.Window:
+        """``w``, or where the opening's lasting sentence is read apart from its request
+        (:meth:`apart`), that sentence alone: the user's own rule sentences are taken from
+        what extraction read as the evidence, never from the request beside it (a cue word
+        there, "帮我配个菜单，八个菜，荤素都要有", made the request a rule of the fact's skill)."""
+        if self.focused is None:
+            return w
+        sent = self.focused[0]
+        return triage.Window(turns=[triage.UserTurn(w.turns[-1].index, sent, triage.signal(sent))],
+                             cues=w.cues)
 
     def opening_alone(self, w: triage.Window) -> bool:
         """The window's evidence is the conversation's opening message alone."""

@@ -721,6 +721,19 @@ def test_an_openings_fact_is_read_alone_where_cue_words_let_the_opening_on(tmp_p
     assert evidence == f"1. {fact}", evidence
 
 
+def test_a_cue_word_in_the_request_beside_an_openings_fact_makes_no_rule(tmp_path):
+    """The cue word sits in the request ("always"), the opening's fact is read apart from
+    it: the user's own rule sentences are taken from the fact, so the request is no rule."""
+    said = "Plan our dinners for the week, always with a pudding. I'm coeliac, so no gluten."
+    from engine.learning import triage
+    assert triage.signal(said).preference
+    llm = FactBeside(["Nothing with gluten"], "coeliac", kind="constraint", name="Coeliac")
+    [add] = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)],
+                                                                              "turn")
+    assert add.kind == "add", add.reason
+    assert "pudding" not in add.skill.instructions, add.skill.instructions
+
+
 def test_a_later_turns_evidence_is_the_whole_turn(tmp_path):
     """Only the conversation's opening is cut to its fact: a later turn already has its
     request before it, as context."""
