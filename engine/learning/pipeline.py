@@ -579,10 +579,10 @@ class Pipeline:
         scenario sets with their request, and Qwen-1.5B wrote the request's task skill
         ("Christmas dinner | Include both sets of in-laws"); triage's kind found 39 of those
         45 a constraint, and 2 of 26 rules about the request's own task."""
-        sent = best.text
-        rest = " ".join(text.replace(sent, " ").split())
+        sent = best.text  # quotes taken out (:func:`statements`): then the rest is all of it
+        rest = " ".join(text.replace(sent, " ").split()) if sent in text else text
         told = content_tokens(rest)
-        if sent not in text or normalize(sent) == normalize(text) or not told or (
+        if normalize(sent) == normalize(text) or not told or (
                 best.kind != "constraint" and told & content_tokens(sent)):
             return None
         log.info("evolution: the opening's lasting sentence is read alone: %s", clip(sent, 80))
