@@ -231,8 +231,7 @@ class Pipeline:
                 vet = partial(vet_candidate, c, w.user_text, w.assistant_text, texts,
                               context=requests, evidence=evidence, reword=reword)
                 why = vet()
-                # the rule is the fact the opening said, without its story (None: not asked)
-                restated = None
+                restated = False  # the rule is the fact the opening said, without its story
                 if why and why.startswith("no rule grounded") and self.focused is not None:
                     restated = self.restate(c, vet)
                     if restated:
@@ -262,8 +261,7 @@ class Pipeline:
                     # beside the opening's request, so would its story ("I'm on warfarin for
                     # life after a clot on my lung three years back so…" for "Avoid blood
                     # thinners"): the fact said without it, where the user's words ground it
-                    if said_so == c.constraints or self.focused is None or restated is not None \
-                            or not self.restate(c, vet):
+                    if said_so == c.constraints or not self.restate(c, vet):
                         c.constraints = said_so
                 if by_model:
                     c.constraints = self.standalone(c.constraints, said_now)
