@@ -64,9 +64,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
                         "every extracted rule with the keep check (P(keep), one forward pass) "
                         "beside word-overlap grounding; tabulate KEEP_MIN_P bars")
     p.add_argument("--lasting", action="store_true",
-                   help="also score the lasting check (P(wanted again next time), one forward "
-                        "pass) on every scored later turn, also those triage stops, and compare "
-                        "the gates that can be built from the two reads")
+                   help="also score the lasting check (P(about every future piece of that "
+                        "work), one forward pass) on every scored later turn, also those triage "
+                        "stops, and compare the gates that can be built from the two reads")
     p.add_argument("--openings", action="store_true",
                    help="score only each conversation's opening message (with --extract "
                         "--lasting: the opening gate's three reads, its AUCs, and a logistic "
@@ -94,8 +94,8 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     gets ``pe``: extraction's P(a skill) — also on the turns triage stops, to see what
     extraction's score alone would decide (:func:`extract_table`); with ``lasting`` every
     scored later turn (and every later turn cue words found) gets ``pl``: the lasting check's
-    P(wanted again), read after the user's two turns before it, as :meth:`Pipeline._lasting`
-    reads it, and every scored turn ``ps``: triage's P of its likeliest sentence read alone
+    P(about every future piece of that work), read after the user's two turns before it, as
+    :meth:`Pipeline._lasting` reads it, and every scored turn ``ps``: triage's P of its likeliest sentence read alone
     (:meth:`Pipeline.likeliest_sentence`), the opening gate's third read (:func:`opening_p`).
     ``openings``: only each conversation's opening message is scored."""
     from engine.learning import triage
@@ -144,14 +144,15 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
 
 def let_through(row: dict[str, Any]) -> bool:
     """Triage lets the turn through: its P reaches the bar (on a later turn scored with
-    ``--lasting``, its P at even odds with the lasting check's, as :meth:`Pipeline._lasting`
-    decides; on a turn cue words found, triage's P alone, as :meth:`Pipeline._confirm`)."""
+    ``--lasting``, the lasting check's P reaches ``LASTING_MIN_P``, as
+    :meth:`Pipeline._lasting` decides; on a turn cue words found, triage's P alone, as :meth:`Pipeline._confirm`)."""
     from engine.learning import triage
+    from engine.learning.pipeline import LASTING_MIN_P
 
     if row["p"] is None:
         return row.get("pc") is None or row["pc"] >= triage.DURABLE_MIN_P
     if row.get("pl") is not None:
-        return row["p"] >= 1 - row["pl"]
+        return row["pl"] >= LASTING_MIN_P
     return row["p"] >= triage.DURABLE_MIN_P
 
 
@@ -262,9 +263,11 @@ def separation(rows: list[dict[str, Any]]) -> str:
 
 def lasting_table(rows: list[dict[str, Any]]) -> str:
     """The later turns with both reads: how each separates durable turns (AUC), and what the
-    gates built from them let through: the app's (the two reads at even odds on every later
-    turn), triage's bar before that, and each read alone."""
+    gates built from them let through: the app's (the lasting check's bar), the two reads at
+    even odds, triage's bar alone, and the lasting check at other bars (to fit
+    ``LASTING_MIN_P``)."""
     from engine.learning import triage
+    from engine.learning.pipeline import LASTING_MIN_P
 
     sel = [r for r in rows if r.get("pl") is not None and r["p"] is not None]
     pos = [r for r in sel if r["durable"]]
@@ -274,7 +277,7 @@ def lasting_table(rows: list[dict[str, Any]]) -> str:
              "score                         | AUC",
              "------------------------------|-----"]
     for name, f in (("triage P(durable)", lambda r: r["p"]),
-                    ("lasting P(wanted again)", lambda r: r["pl"]),
+                    ("lasting P(every piece)", lambda r: r["pl"]),
                     ("mean of the two", lambda r: (r["p"] + r["pl"]) / 2),
                     ("triage P, likeliest sentence", lambda r: r.get("ps"))):
         if any(f(r) is None for r in sel):
@@ -285,12 +288,13 @@ def lasting_table(rows: list[dict[str, Any]]) -> str:
               "| one-off scenarios with a yes",
               "---------------------------------------|---------------------|-------------------"
               "-|-----------------------------"]
+    bars = sorted({LASTING_MIN_P, 0.25, 0.3, 0.35, 0.4, 0.5})
     for name, ok in (
-            (f"triage >= {triage.DURABLE_MIN_P}, then even odds",
-             lambda r: r["p"] >= triage.DURABLE_MIN_P and r["p"] >= 1 - r["pl"]),
-            ("even odds on every turn (app)", lambda r: r["p"] >= 1 - r["pl"]),
+            (f"lasting >= {LASTING_MIN_P} (app)", lambda r: r["pl"] >= LASTING_MIN_P),
+            ("even odds, triage and lasting", lambda r: r["p"] >= 1 - r["pl"]),
             (f"triage >= {triage.DURABLE_MIN_P} alone", lambda r: r["p"] >= triage.DURABLE_MIN_P),
-            ("lasting >= 0.5 alone", lambda r: r["pl"] >= 0.5)):
+            *((f"lasting >= {b}", lambda r, b=b: r["pl"] >= b)
+              for b in bars if b != LASTING_MIN_P)):
         tp, fp = sum(map(ok, pos)), sum(map(ok, neg))
         bad = {r["id"] for r in sel if r["oneoff"] and ok(r)}
         lines.append(f"{name:<39}| {tp}/{len(pos)} ({tp / max(1, len(pos)):.2f}){'':<6}| "
@@ -353,6 +357,7 @@ def cued_table(rows: list[dict[str, Any]]) -> str:
     """The turns cue words found, with what triage (and, on later turns, the lasting check)
     says of them: the app lets them on at triage's bar, without the second looks."""
     from engine.learning import triage
+    from engine.learning.pipeline import LASTING_MIN_P
 
     sel = [r for r in rows if r.get("pc") is not None]
     pos = [r for r in sel if r["durable"]]
@@ -367,8 +372,9 @@ def cued_table(rows: list[dict[str, Any]]) -> str:
             ("cue words alone", lambda r: True),
             (f"triage >= {triage.DURABLE_MIN_P} (app)",
              lambda r: r["pc"] >= triage.DURABLE_MIN_P),
-            ("even odds (later turns), else triage", lambda r: r["pc"] >= 1 - r["pl"]
-             if r.get("pl") is not None else r["pc"] >= triage.DURABLE_MIN_P)):
+            (f"lasting >= {LASTING_MIN_P} (later turns), else triage",
+             lambda r: r["pl"] >= LASTING_MIN_P if r.get("pl") is not None
+             else r["pc"] >= triage.DURABLE_MIN_P)):
         tp, fp = sum(map(ok, pos)), sum(map(ok, neg))
         lines.append(f"{name:<39}| {tp}/{len(pos)}{'':<14}| {fp}/{len(neg)}")
     for r in sel:

@@ -34,9 +34,9 @@ class Scored(OracleLLM):
         self.p_none, self.best, self.p_again, self.prefixes = p_none, best, p_again, []
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
-        if prefix.startswith('{"again"'):  # the lasting check of a later turn
+        if prefix.startswith('{"scope"'):  # the lasting check of a later turn
             self.calls.append("lasting")
-            return {"yes": math.log(self.p_again), "no": math.log(1 - self.p_again)}
+            return {"every": math.log(self.p_again), "this": math.log(1 - self.p_again)}
         self.calls.append("triage")
         self.prefixes.append(prefix)
         rest = (1 - self.p_none) / (len(options) - 1)
@@ -303,20 +303,24 @@ def test_bench_triage_fits_the_opening_gate_on_its_three_reads():
 
 def test_bench_triage_lasting_compares_the_gates_on_later_turns():
     """A durable later turn triage scores below its bar but the lasting check is sure of
-    counts for the app's gate (even odds on every later turn), not for triage's bar."""
+    counts for the app's gate (the lasting check's bar), not for triage's; a one-off turn
+    triage is sure of, but the lasting check is not, stops there."""
     from bench.triage import lasting_table, let_through
+    from engine.learning.pipeline import LASTING_MIN_P
 
     row = lambda i, durable, p, pl, oneoff=False: {  # noqa: E731
         "id": i, "opening": False, "durable": durable, "oneoff": oneoff, "p": p, "pl": pl}
-    rows = [row("a", True, 0.32, 0.73), row("b", True, 0.6, 0.6),
-            row("c", False, 0.55, 0.3, oneoff=True)]
+    rows = [row("a", True, 0.32, 0.73), row("b", True, 0.6, LASTING_MIN_P),
+            row("c", False, 0.75, 0.3, oneoff=True)]
     lines = lasting_table(rows).splitlines()
     assert lines[0] == "later turns with both reads: 3 (2 durable, 1 not)"
     gate = {ln.split("|")[0].strip(): ln for ln in lines if "|" in ln}
-    assert "| 1/2 (0.50)" in gate["triage >= 0.42, then even odds"]
-    assert "| 2/2 (1.00)" in gate["even odds on every turn (app)"]
-    assert gate["even odds on every turn (app)"].endswith("0/1")  # 0.55 < 0.7: the one-off stops
-    assert let_through(rows[0]) and not let_through(rows[2])
+    app = gate[f"lasting >= {LASTING_MIN_P} (app)"]
+    assert "| 2/2 (1.00)" in app and app.endswith("0/1")
+    assert "| 1/2 (0.50)" in gate["triage >= 0.42 alone"]
+    assert gate["even odds, triage and lasting"].endswith("1/1")  # 0.75 >= 1 - 0.3
+    assert "| 1/2 (0.50)" in gate["lasting >= 0.5"]
+    assert let_through(rows[0]) and let_through(rows[1]) and not let_through(rows[2])
     # the likeliest sentence read alone gets its AUC where every row has it
     assert "triage P, likeliest sentence" not in gate
     for r, ps in zip(rows, (0.8, 0.7, 0.2), strict=True):
@@ -329,6 +333,7 @@ def test_bench_triage_tabulates_the_turns_cue_words_find_at_triages_bar():
     """A turn cue words found goes on at triage's bar (the app's gate there), whatever the
     lasting check says; the cued table counts what each gate lets through."""
     from bench.triage import cued_table, let_through
+    from engine.learning.pipeline import LASTING_MIN_P
 
     row = lambda i, durable, pc, pl=None: {  # noqa: E731
         "id": i, "turn": 2, "opening": pl is None, "durable": durable, "oneoff": not durable,
@@ -338,7 +343,7 @@ def test_bench_triage_tabulates_the_turns_cue_words_find_at_triages_bar():
     gate = {ln.split("|")[0].strip(): ln for ln in cued_table(rows).splitlines() if "|" in ln}
     assert gate["cue words alone"].endswith("| 2/2")
     assert gate["triage >= 0.42 (app)"].endswith("| 1/2")
-    assert "| 0/1" in gate["even odds (later turns), else triage"]  # 0.62 < 1 - 0.3
+    assert "| 0/1" in gate[f"lasting >= {LASTING_MIN_P} (later turns), else triage"]  # 0.3
 
 
 def test_bench_triage_labels_extracted_rules_and_tabulates_the_keep_bar():
@@ -771,9 +776,9 @@ class QuoteScored(FixedExtract):
         if prefix.startswith('{"keep"'):
             self.calls.append("keep")
             return {o: math.log(0.1 if o == "yes" else 0.9) for o in options}
-        if prefix.startswith('{"again"'):
+        if prefix.startswith('{"scope"'):
             self.calls.append("lasting")
-            return {"yes": math.log(self.p_again), "no": math.log(1 - self.p_again)}
+            return {"every": math.log(self.p_again), "this": math.log(1 - self.p_again)}
         return {o: math.log(0.01 if o == " []" else 0.99) for o in options}  # extraction
 
 
@@ -838,22 +843,21 @@ TWEAK = [U("Write a leaving card message for Dave from the warehouse."), A("Dear
 
 
 @pytest.mark.parametrize("p_triage, p_again, learned", [
-    (0.6, 0.2, False),   # P(not wanted next time) 0.8 outweighs triage's 0.6
-    (0.6, 0.5, True),    # it does not: 0.5 < 0.6
-    (0.9, 0.2, True),    # triage's 0.9 outweighs 0.8
-    (0.3, 0.8, True),    # below triage's own bar, but P(not wanted next time) is only 0.2
-    (0.3, 0.6, False)])  # 0.4 outweighs 0.3
-def test_a_later_turn_goes_on_only_when_triage_outweighs_not_again(
+    (0.6, 0.2, False),   # P(about every piece of that work) below LASTING_MIN_P
+    (0.9, 0.3, False),   # however sure triage is
+    (0.6, 0.4, True),    # at the bar
+    (0.3, 0.4, True)])   # below triage's own bar for openings
+def test_a_later_turn_goes_on_only_where_it_is_about_every_piece_of_that_work(
         tmp_path, p_triage, p_again, learned):
-    """A later turn ("make it cheeky"): the model is asked whether the user would want it
-    done again on the next piece of the same work, reading the request before it; the two
-    reads are averaged at even odds, also where triage's P is below its bar for openings."""
+    """A later turn ("make it cheeky"): the model is asked whether what it says is about
+    this answer only or about every future piece of that work, reading the request before
+    it; its P decides, whatever triage's P."""
     llm = QuoteScored(["Make the message cheeky"], "", 0.0, p_triage, p_again, name="Cheeky")
     asked = []
     real = llm.choice_logprobs
 
     def spy(messages, prefix, options, cancel=None):
-        if prefix.startswith('{"again"'):
+        if prefix.startswith('{"scope"'):
             asked.append(messages[-1]["content"])
         return real(messages, prefix, options, cancel)
 
@@ -1210,8 +1214,8 @@ def test_a_rule_said_after_the_request_keeps_the_users_words_in_the_skill(tmp_pa
 
 
 class Doubtful(QuoteScored):
-    """Every gate's model read says "not lasting": triage P(durable) 0.1, P(wanted again)
-    0.1, extraction's first token "nothing" with P 0.9; asked which sentence lasts, the one
+    """Every gate's model read says "not lasting": triage P(durable) 0.1, P(about every
+    piece of that work) 0.1, extraction's first token "nothing" with P 0.9; asked which sentence lasts, the one
     holding ``word`` (P 0.8)."""
 
     def __init__(self, rules, word="whole team", **kw):

@@ -11,7 +11,7 @@ import pytest
 
 from engine.bank.store import SkillBank
 from engine.learning import Pipeline
-from engine.learning.pipeline import OPENING_MIN_P, opening_p
+from engine.learning.pipeline import LASTING_MIN_P, OPENING_MIN_P, opening_p
 from engine.learning.triage import DURABLE_MIN_P, Window, user_turns
 from engine.llm.base import GenParams
 from engine.llm.client import LLMClient
@@ -418,22 +418,29 @@ def test_qwen_opening_gate_stops_a_question_triage_let_through_but_not_a_stated_
     assert basil_p < OPENING_MIN_P <= coeliac_p, (basil_p, coeliac_p)
 
 
-@pytest.mark.parametrize("tweak, rule", [
+@pytest.mark.parametrize("tweak, rule, at_bar", [
     (("Write a short poem for my grandad's 80th birthday.",
       "Bit sad that, he's a cheerful old boy. Make it jollier and put his allotment in."),
      ("Write up the minutes of tonight's allotment committee meeting.",
       "Put the action points and who is doing them at the very top. Half the committee only "
-      "reads the first few lines.")),
+      "reads the first few lines."), True),
+    # Chinese later turns separate less well (AUC 0.69 on the read fresh60-66, 0.62 on
+    # fresh53-59, English 0.84 / 0.87): this rule, said of "the notice" with no word for every
+    # time, read 0.14 when the check was reworded (the tweak 0.11), below the bar
     (("帮我写个周六小区停车位调整的通知。", "太官方了，邻居们会觉得我在打官腔，再口语化一点。"),
-     ("帮我写个下周二小区停水的通知。", "通知最后加上物业的电话，大家有问题都是直接打电话问的。"))])
-def test_qwen_lasting_check_ranks_a_rule_for_the_next_piece_above_a_tweak(pipeline, tweak, rule):
-    """The later-turn check (lasting.md): asked whether the user would want it done again
-    on the next piece of the same work, the model puts a rule with a reason about how such
-    pieces are used above a tweak of the answer just given."""
+     ("帮我写个下周二小区停水的通知。", "通知最后加上物业的电话，大家有问题都是直接打电话问的。"), False)])
+def test_qwen_lasting_check_ranks_a_rule_for_the_next_piece_above_a_tweak(pipeline, tweak, rule,
+                                                                           at_bar):
+    """The later-turn check (lasting.md): asked whether what the newest message says is about
+    this answer only or about every future piece of that work, the model puts a rule with a
+    reason about how such pieces are used above a tweak of the answer just given, and the
+    tweak below the app's bar."""
     score = lambda said: pipeline.lasting_score(  # noqa: E731
         user_turns([{"role": "user", "content": said[1]}])[0], [said[0]])
-    again_tweak, again_rule = score(tweak), score(rule)
-    assert 0.0 <= again_tweak < again_rule <= 1.0, (again_tweak, again_rule)
+    every_tweak, every_rule = score(tweak), score(rule)
+    assert 0.0 <= every_tweak < LASTING_MIN_P and every_tweak < every_rule <= 1.0, \
+        (every_tweak, every_rule)
+    assert every_rule >= LASTING_MIN_P or not at_bar, every_rule
 
 
 def test_qwen_remembers_a_firm_fact_the_user_asked_it_to_remember(pipeline, tmp_path):
