@@ -347,10 +347,13 @@ class Pipeline:
         return len(turns) == 1 and turns[0].index == self.opening
 
     def at_opening(self, w: triage.Window) -> bool:
-        """:meth:`opening_alone`, let on by the model's triage (not by cue words, not by a
-        repeated format), which scored it."""
-        return self.opening_alone(w) and self.opening in self.triaged \
-            and all(c.startswith("model:") for c in w.cues)
+        """:meth:`opening_alone`, scored by triage, whether the model or cue words let it on:
+        the opening's gate (:func:`opening_p`) decides either way. Cue words found 15 openings
+        of the read fresh53-66 ("wrong", "every time", "以后", "必须"); triage's bar alone let 9
+        of the 12 that held nothing lasting through (one-off questions: "my varifocals keep
+        sliding…", "is there a way to fix it without…"), the opening's gate 3, and it kept the
+        3 that held a firm fact."""
+        return self.opening_alone(w) and self.opening in self.triaged
 
     @property
     def by_model(self) -> bool:
@@ -387,7 +390,8 @@ class Pipeline:
         (triage 0.52-0.76) and stopped 3 of the 11 that did not (0.23-0.36); the lasting check
         (its earlier wording) at even odds would have stopped 4 of the 8 (three "do not" rules, a two-task chat's
         second rule: P(wanted again) 0.24-0.43). An unusable answer leaves the cue's word
-        standing."""
+        standing. An opening is then still decided by the opening's fitted score, at
+        extraction (:meth:`at_opening`)."""
         p, _ = self._scored(turns)
         if p is None:
             return True
@@ -497,8 +501,9 @@ class Pipeline:
             elif p < EXTRACT_MIN_P and sure < TRIAGE_SURE_P:
                 return [], None
             elif self.opening_alone(w):
-                # let on by cue words, which may sit in the request or in the story ("…家里盐也
-                # 换成无碘的了" is no correction): its fact is read apart all the same
+                # let on by cue words where triage did not score it; they may sit in the
+                # request or in the story ("…家里盐也换成无碘的了" is no correction): its fact is
+                # read apart all the same
                 best = self.likeliest_sentence(text, self.triaged.get(self.opening))
             self.focused = self.apart(text, best) if best is not None else None
             if self.focused is not None:

@@ -532,6 +532,26 @@ def test_the_opening_is_decided_by_one_score_fitted_on_triage_and_extraction(
             [(a.kind, a.reason) for a in actions]
 
 
+@pytest.mark.parametrize("p_durable, p_skill, written", [
+    (0.6, 0.5, False),   # past triage's bar and extraction's, but not the opening's fit
+    (0.85, 0.99, True)])
+def test_an_opening_cue_words_find_is_decided_by_the_openings_fit(tmp_path, p_durable,
+                                                                 p_skill, written):
+    """A cue word ("wrong") finds the opening: cue words may take a turn to the model, never
+    past it, so the opening's fitted score decides, as where the model's triage found it."""
+    said = "My new glasses keep sliding down my nose when I read. What am I doing wrong?"
+    from engine.learning import triage
+    assert triage.signal(said).correction  # the cue words' path
+    sc = {"expect": [{"outcome": "add", "name": "Glasses fit", "evidence": "sliding",
+                      "constraints": ["Check how the glasses fit"], "keywords": ["glasses"]}]}
+    llm = BothScored(sc, p_durable, p_skill)
+    actions = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)],
+                                                                                "turn")
+    assert "extract-score" in llm.calls
+    assert any(a.kind == "add" for a in actions) is written, \
+        [(a.kind, a.reason) for a in actions]
+
+
 class FactBeside(FixedExtract):
     """FixedExtract on a backend that reads token scores: triage says durable with P
     ``p_fact`` of a message that holds ``fact``, 0.3 of any other (``p_whole``, where given,
