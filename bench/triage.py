@@ -95,8 +95,9 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     extraction's score alone would decide (:func:`extract_table`); with ``lasting`` every
     scored later turn (and every later turn cue words found) gets ``pl``: the lasting check's
     P(about every future piece of that work), read after the user's two turns before it, as
-    :meth:`Pipeline._lasting` reads it, and every scored turn ``ps``: triage's P of its likeliest sentence read alone
-    (:meth:`Pipeline.likeliest_sentence`), the opening gate's third read (:func:`opening_p`).
+    :meth:`Pipeline._lasting` reads it, and every scored turn ``ps``: triage's P of its
+    likeliest sentence read alone (:meth:`Pipeline.likeliest_sentence`), the opening gate's
+    third read (:func:`opening_p`).
     ``openings``: only each conversation's opening message is scored."""
     from engine.learning import triage
     from engine.learning.pipeline import earlier_requests
@@ -145,7 +146,8 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
 def let_through(row: dict[str, Any]) -> bool:
     """Triage lets the turn through: its P reaches the bar (on a later turn scored with
     ``--lasting``, the lasting check's P reaches ``LASTING_MIN_P``, as
-    :meth:`Pipeline._lasting` decides; on a turn cue words found, triage's P alone, as :meth:`Pipeline._confirm`)."""
+    :meth:`Pipeline._lasting` decides; on a turn cue words found, triage's P alone, as
+    :meth:`Pipeline._confirm`)."""
     from engine.learning import triage
     from engine.learning.pipeline import LASTING_MIN_P
 

@@ -388,10 +388,10 @@ class Pipeline:
         (``triage.DURABLE_MIN_P``, the opening's), with no second look: on the read fresh37-46
         (`bench triage --lasting`) that kept the 8 of 19 cued turns that held a lasting rule
         (triage 0.52-0.76) and stopped 3 of the 11 that did not (0.23-0.36); the lasting check
-        (its earlier wording) at even odds would have stopped 4 of the 8 (three "do not" rules, a two-task chat's
-        second rule: P(wanted again) 0.24-0.43). An unusable answer leaves the cue's word
-        standing. An opening is then still decided by the opening's fitted score, at
-        extraction (:meth:`at_opening`)."""
+        (its earlier wording) at even odds would have stopped 4 of the 8 (three "do not"
+        rules, a two-task chat's second rule: P(wanted again) 0.24-0.43). An unusable answer
+        leaves the cue's word standing. An opening is then still decided by the opening's
+        fitted score, at extraction (:meth:`at_opening`)."""
         p, _ = self._scored(turns)
         if p is None:
             return True
