@@ -1235,8 +1235,8 @@ def test_a_rule_said_after_the_request_keeps_the_users_words_in_the_skill(tmp_pa
 
 class Doubtful(QuoteScored):
     """Every gate's model read says "not lasting": triage P(durable) 0.1, P(about every
-    piece of that work) 0.1, extraction's first token "nothing" with P 0.9; asked which sentence lasts, the one
-    holding ``word`` (P 0.8)."""
+    piece of that work) 0.1, extraction's first token "nothing" with P 0.9; asked which
+    sentence lasts, the one holding ``word`` (P 0.8)."""
 
     def __init__(self, rules, word="whole team", **kw):
         super().__init__(rules, word, 0.8, p_triage=0.1, p_again=0.1, **kw)
