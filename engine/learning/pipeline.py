@@ -501,10 +501,10 @@ class Pipeline:
             elif p < EXTRACT_MIN_P and sure < TRIAGE_SURE_P:
                 return [], None
             elif self.opening_alone(w):
-                # let on by cue words where triage did not score it; they may sit in the
-                # request or in the story ("…家里盐也换成无碘的了" is no correction): its fact is
-                # read apart all the same
-                best = self.likeliest_sentence(text, self.triaged.get(self.opening))
+                # let on by cue words where triage did not score it (no P of the whole to
+                # reuse); they may sit in the request or in the story ("…家里盐也换成无碘的了"
+                # is no correction): its fact is read apart all the same
+                best = self.likeliest_sentence(text)
             self.focused = self.apart(text, best) if best is not None else None
             if self.focused is not None:
                 values = self.extract_values(w, earlier, focus=self.focused)
