@@ -12,6 +12,8 @@ least one false yes (each would cost an extraction, and possibly a junk skill). 
 written. ``--extract`` adds extraction's first decision on the turns triage lets through;
 ``--rules`` runs that extraction and scores each extracted rule with the keep check
 (``keep.md``) beside word-overlap grounding, labelled from the scenario (:func:`rule_label`).
+``--again [FILE]`` scores labelled pairs instead (``bench/data/asked_again.jsonl``): the
+asked-again check (:meth:`Pipeline.asked_again`) per split and language.
 
     skilldesk bench triage --model recommended --scenarios people --split tune
 """
@@ -29,6 +31,7 @@ from bench.learning_scenarios import SPLITS, load_scenarios
 from engine.text import normalize
 
 BARS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
+AGAIN_DATA = Path(__file__).parent / "data" / "asked_again.jsonl"
 
 
 def _splits(value: str) -> list[str]:
@@ -71,6 +74,10 @@ def _args(argv: list[str]) -> argparse.Namespace:
                    help="score only each conversation's opening message (with --extract "
                         "--lasting: the opening gate's three reads, its AUCs, and a logistic "
                         "fit of OPENING_FIT on them)")
+    p.add_argument("--again", nargs="?", const=str(AGAIN_DATA), metavar="FILE",
+                   help="instead of scenarios: how well the asked-again check (again.md) "
+                        "tells a request asked again for a new answer from another "
+                        f"follow-up, on labelled pairs (default {AGAIN_DATA.name})")
     p.add_argument("--replay", metavar="DIR", type=Path,
                    help="answer prompts seen before from DIR (as bench evolution --replay); "
                         "the seconds then mean nothing")
@@ -386,6 +393,32 @@ def cued_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def again_table(rows: list[dict[str, Any]], bars: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8)
+                ) -> str:
+    """The asked-again check on labelled pairs (``p``: its P(yes); ``label``: "yes" where
+    the newest message asks again what the earlier one asked), per split and language: the
+    AUC, and per bar the repeats found and the other follow-ups taken for one (``*``: the
+    app's bar, ``AGAIN_MIN_P``)."""
+    from engine.learning.pipeline import AGAIN_MIN_P
+
+    lines = ["split    lang  pairs  AUC   " + "  ".join(
+                 f"@{b}{'*' if b == AGAIN_MIN_P else ' '} found / taken" for b in bars)]
+    for split in sorted({r.get("split", "") for r in rows}):
+        for lang in ("en", "zh", "all"):
+            sel = [r for r in rows if r.get("split", "") == split and r["p"] is not None
+                   and lang in ("all", r["lang"])]
+            pos = [r["p"] for r in sel if r["label"] == "yes"]
+            neg = [r["p"] for r in sel if r["label"] != "yes"]
+            if not pos or not neg:
+                continue
+            auc = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg) / (len(pos) * len(neg))
+            cells = [f"{sum(p >= b for p in pos):>2}/{len(pos):<2} {sum(p >= b for p in neg):>2}/"
+                     f"{len(neg):<2}" for b in bars]
+            lines.append(f"{split or '-':<8} {lang:<5} {len(sel):<6} {auc:.2f}  "
+                         + "  ".join(f"{c:<19}" for c in cells))
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]], bars: tuple[float, ...] = BARS) -> str:
     scored = [r for r in rows if r["p"] is not None]
     pos = [r for r in scored if r["durable"]]
@@ -415,8 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     from engine.llm.llama_backend import LlamaCppBackend
     from engine.llm.worker import BACKGROUND, ModelWorker
 
-    scenarios = [sc for sp in (a.split or [None])
-                 for sc in load_scenarios(a.scenarios, None, False, a.limit, sp)]
+    scenarios = [] if a.again else [
+        sc for sp in (a.split or [None])
+        for sc in load_scenarios(a.scenarios, None, False, a.limit, sp)]
     spec = registry.resolve(a.model)
     backend = LlamaCppBackend(spec, n_threads=a.threads)
     backend.keep_snapshots = not a.no_snapshot
@@ -439,11 +473,23 @@ def main(argv: list[str] | None = None) -> int:
                     msgs = pipe.llm.prompt("extract").render(user_turns=turns, context="")
                     worker.submit_chat(msgs, GenParams(max_tokens=1, temperature=0),
                                        priority=BACKGROUND).result()
+            if a.again:
+                pairs = [json.loads(line) for line in
+                         Path(a.again).read_text(encoding="utf-8").splitlines() if line.strip()]
+                for r in pairs:
+                    r["p"] = pipe.again_score(r["earlier"], r["newest"])
             for sc in scenarios:
                 rows += score_turns(pipe, sc, between, a.extract, a.rules, a.lasting,
                                     a.openings)
     finally:
         worker.close()
+    if a.again:
+        print(f"{spec.title}: {len(pairs)} pairs ({a.again})")
+        print(again_table(pairs))
+        if a.json:
+            Path(a.json).write_text(json.dumps(pairs, indent=1, ensure_ascii=False),
+                                    encoding="utf-8")
+        return 0
     where = f" (split {', '.join(a.split)})" if a.split else ""
     print(f"{spec.title}: {len(scenarios)} scenarios{where}")
     print(table(rows))

@@ -1301,3 +1301,79 @@ def test_the_desk_remembers_the_last_user_message_it_is_given(tmp_path, embedder
             desk.remember([A("Hello")])
     finally:
         maker.close()
+
+
+ASKED_AGAIN = [
+    U("Suggest three day hikes near Lyon."), A("1. Mont Thou 2. Crêt de la Perdrix 3. Pilat"),
+    U("Can you give the elevation gain for each one? My knees are not what they were."),
+    A("Mont Thou 400 m, Crêt de la Perdrix 600 m, Pilat 700 m."),
+    U("Now three cycling routes around Annecy."),
+    A("1. The lake loop 2. Col de la Forclaz 3. Semnoz"),
+    U("and same for these, how much climbing is there")]
+
+
+class AskedAgain(QuoteScored):
+    """QuoteScored that answers the asked-again check (again.md) yes with ``p_same`` and keeps
+    what extraction read."""
+
+    def __init__(self, p_same, **kw):
+        super().__init__(["Give the elevation gain for each one"], "", 0.0, **kw)
+        self.p_same, self.read = p_same, []
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        if prefix.startswith('{"again"'):
+            self.calls.append("again")
+            return {"yes": math.log(self.p_same), "no": math.log(1 - self.p_same)}
+        return super().choice_logprobs(messages, prefix, options, cancel)
+
+    def _extract(self, prompt):
+        self.read.append(prompt)
+        return super()._extract(prompt)
+
+
+@pytest.mark.parametrize("p_lasting, p_same, learned", [
+    (0.9, 0.8, True), (0.9, 0.2, False), (0.1, 0.8, True), (0.1, 0.2, False)])
+def test_a_turn_that_asks_again_for_a_new_answer_is_read_with_the_turn_it_repeats(
+        tmp_path, p_lasting, p_same, learned):
+    """"and same for these, how much climbing is there" after a new request: where the model
+    reads it as asking again what "Can you give the elevation gain for each one?" asked, both
+    turns are the evidence (the rule is said in the earlier one), the requests are context,
+    and it goes on even where the lasting check read it alone as about this answer only."""
+    llm = AskedAgain(p_same, p_again=p_lasting, name="Elevation gain")
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        ASKED_AGAIN, "turn")
+    assert llm.calls.count("again") == 1  # the opening and the request just before: no option
+    if p_lasting < 0.33 and not learned:
+        assert "extract" not in llm.calls and not actions
+        return
+    evidence = llm.read[-1].rsplit("User messages:", 1)[1]
+    assert ("elevation gain for each one" in evidence) == learned
+    assert "and same for these" in evidence and "cycling routes" not in evidence
+    assert "Lyon" not in evidence  # the first request is context, never evidence
+    if learned:
+        assert [a.kind for a in actions] == ["add"], [a.reason for a in actions]
+        assert "Give the elevation gain for each one" in actions[0].skill.instructions
+        assert "knees" not in actions[0].skill.instructions
+
+
+def test_bench_triage_again_tabulates_the_pairs_per_split_and_language():
+    """The asked-again table: per split and language, the AUC and, per bar, the repeats
+    found and the other follow-ups taken; the data on disk has both splits, both languages
+    and both labels."""
+    import json
+
+    from bench.triage import AGAIN_DATA, again_table
+
+    row = lambda lang, label, p, split="tune": {  # noqa: E731
+        "lang": lang, "label": label, "p": p, "split": split}
+    rows = [row("en", "yes", 0.9), row("en", "no", 0.65), row("zh", "yes", 0.55),
+            row("zh", "no", 0.2), row("en", "yes", 0.8, "heldout"), row("en", "no", 0.1, "heldout")]
+    lines = {tuple(ln.split()[:2]): ln for ln in again_table(rows).splitlines()[1:]}
+    assert lines[("tune", "en")].split()[3] == "1.00"
+    assert lines[("tune", "all")].split()[3] == "0.75"  # 0.65 above 0.55
+    at_06 = lines[("tune", "all")].split()[4:6]  # @0.5, then @0.6
+    assert at_06 == ["2/2", "1/2"] and lines[("tune", "all")].split()[6:8] == ["1/2", "1/2"]
+    assert ("heldout", "zh") not in lines and ("heldout", "en") in lines
+    data = [json.loads(x) for x in AGAIN_DATA.read_text(encoding="utf-8").splitlines()]
+    assert {(r["split"], r["lang"], r["label"]) for r in data} == {
+        (s, lang, lab) for s in ("tune", "heldout") for lang in ("en", "zh") for lab in ("yes", "no")}

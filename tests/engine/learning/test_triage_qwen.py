@@ -497,3 +497,34 @@ def test_qwen_triage_tells_a_fact_beside_a_request_from_a_rule_for_that_request(
     rule_kinds = [pipeline.likeliest_sentence(t).kind for t in rules]
     assert fact_kinds == ["constraint"] * 3, fact_kinds
     assert rule_kinds.count("constraint") <= 1, rule_kinds
+
+
+WINES = [{"role": "user", "content": "Recommend three red wines for a barbecue at my sister's."},
+         {"role": "assistant", "content": "1. Malbec 2. Zinfandel 3. Shiraz"},
+         {"role": "user", "content": "can you say roughly what a bottle of each one costs? I'm "
+                                     "skint till payday"},
+         {"role": "assistant", "content": "Malbec £8-12, Zinfandel £10-15, Shiraz £7-10."},
+         {"role": "user", "content": "Now three white wines for a fish supper on Friday."},
+         {"role": "assistant", "content": "1. Albariño 2. Picpoul 3. Muscadet"}]
+
+
+@pytest.mark.parametrize("newest, again", [
+    ("and same for these, what's a bottle of each going to set me back", True),
+    ("which of them is the driest?", False)])
+def test_qwen_reads_a_turn_that_asks_again_for_a_new_answer_with_the_turn_it_repeats(
+        pipeline, tmp_path, newest, again):
+    """Asked, for the white wines, what a bottle of each costs, as the user asked for the
+    reds: the model finds the earlier turn (P 0.98 when this was written), and extraction
+    reads both turns as the evidence, the requests as context. A question about the new
+    answer is no repeat."""
+    said = [*WINES, {"role": "user", "content": newest}]
+    fresh = Pipeline(SkillBank(tmp_path / "bank"), "default", pipeline.llm)
+    fresh.checkpoint = lambda: None
+    fresh.users = user_turns(said)
+    found = fresh.asked_again(fresh.users[-1])
+    assert (found is not None and "costs" in found.text) == again, found
+    w, earlier = fresh.with_asked_again(said, Window(turns=fresh.users[-2:], focus=1),
+                                        [WINES[0]["content"]])
+    evidence = [t.text for t in w.turns[w.focus:]]
+    assert evidence == ([WINES[2]["content"], newest] if again else [newest])
+    assert any("white wines" in t for t in [*earlier, *(t.text for t in w.turns[:w.focus])])
