@@ -56,6 +56,9 @@ class Candidate:
     # card" -> "No payment options"); Chinese cuts leave a bare verb or half a word ("安排",
     # "馈要求", "我膝盖做过半月")
     name_cut: bool = False
+    # the earlier turn the evidence asked for again (Pipeline.asked_again): a skill this
+    # conversation wrote from that turn is this rule's skill (judge.judge_llm)
+    again: str = ""
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Candidate:

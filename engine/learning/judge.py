@@ -162,7 +162,7 @@ def judge_llm(llm: LLMClient, c: Candidate, same: list[Neighbour], asked: str = 
             return "add", None, (f"{reason} — overruled: {n.skill.title} shares no word "
                                  "with this skill's task")
         if learned_here(n.skill, key) and not task_words(theirs) & content_tokens(
-                "\n".join(c.constraints)):
+                "\n".join(c.constraints)) and not written_from(theirs, c.again):
             # a skill this conversation wrote from an earlier turn, and a rule that does not
             # name its task: the user moved on to another piece of work ("还有接回提醒，得写清楚
             # 最晚几点来接" after the boarding confirmations). The request the judge read is
@@ -220,6 +220,14 @@ def learned_here(skill: Skill, key: str) -> bool:
     rules the model had reworded."""
     first = skill.source_turns[0] if skill.source_turns else ""
     return bool(key) and "@" in first and first.rpartition("@")[2] == key
+
+
+def written_from(theirs: Candidate, turn: str) -> bool:
+    """Most of the words of a skill's rules come from ``turn``, the earlier turn a rule was
+    asked for again in (:meth:`~engine.learning.pipeline.Pipeline.asked_again`): the skill
+    this conversation wrote from it, and so the asked-again rule's skill, not another task's
+    ("每样后面写上从下种到能吃大概要多久" again for the fruit trees, after the vegetables)."""
+    return bool(turn) and coverage("\n".join(theirs.constraints), turn) >= 0.5
 
 
 def what_was_asked(shown: list[Neighbour], asked: str, key: str = "") -> int | None:

@@ -248,9 +248,11 @@ class Pipeline:
             vetted = []
             keep = self.keeper(w)
             reword = self.reword if by_model else None
+            again = w.turns[0].text if "model:again" in w.cues else ""
             for c in candidates:
                 c.fixing = fixing
                 c.said = clip(said_now, 600)
+                c.again = again
                 rules = list(c.constraints)
                 # vet(keep=None): the checks, as often as the rules change
                 vet = partial(vet_candidate, c, w.user_text, w.assistant_text, texts,

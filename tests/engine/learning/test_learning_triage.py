@@ -922,6 +922,12 @@ def test_a_later_rule_merges_into_this_chats_own_skill_only_where_it_names_its_t
                                              f"{SLIP_REQUEST} / {rule}.", key, 0.45)
         # a skill an earlier conversation wrote is a skill the user had: the merge stands
         assert decision == expected, (key, reason)
+    # asked again, for a new answer, in the turn this chat wrote the slip skill from: that
+    # skill is the rule's, named or not
+    new.again = "Put a tear-off reply slip at the bottom of letters to parents, please."
+    decision, _, reason = judge_llm(LLMClient(model), new, [Neighbour(mine, 0.8)],
+                                    f"{SLIP_REQUEST} / {rule}.", "chat", 0.45)
+    assert decision == "merge", reason
 
 
 def test_a_fact_is_no_rule_of_a_skill_that_shares_only_its_triggers():
