@@ -516,7 +516,7 @@ def test_qwen_reads_a_turn_that_asks_again_for_a_new_answer_with_the_turn_it_rep
     """Asked, for the white wines, what a bottle of each costs, as the user asked for the
     reds: the model finds the earlier turn (P 0.98 when this was written), and extraction
     reads both turns as the evidence, the requests as context. A question about the new
-    answer is no repeat."""
+    answer is no repeat (0.52, below AGAIN_MIN_P 0.7)."""
     said = [*WINES, {"role": "user", "content": newest}]
     fresh = Pipeline(SkillBank(tmp_path / "bank"), "default", pipeline.llm)
     fresh.checkpoint = lambda: None
