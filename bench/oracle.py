@@ -144,6 +144,8 @@ class OracleLLM:
     def _reword(self, prompt: str) -> dict[str, Any]:
         """The rule less the details named (checks.general_rules): a scripted rule never
         names a case detail, so this only answers the prompt's shape."""
+        if "Rule:" not in prompt:  # rule.md (same answer shape): the rule said, as a fact
+            return {"rule": self._fact(prompt)["fact"]}
         rule = prompt.split("Rule:", 1)[-1].split("\nDetails:", 1)[0].strip()
         if "Details:" not in prompt:  # standalone.md (same answer shape): the rule as it was
             return {"rule": rule or "rule"}

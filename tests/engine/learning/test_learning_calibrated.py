@@ -1377,3 +1377,44 @@ def test_bench_triage_again_tabulates_the_pairs_per_split_and_language():
     data = [json.loads(x) for x in AGAIN_DATA.read_text(encoding="utf-8").splitlines()]
     assert {(r["split"], r["lang"], r["label"]) for r in data} == {
         (s, lang, lab) for s in ("tune", "heldout") for lang in ("en", "zh") for lab in ("yes", "no")}
+
+
+CAPTAIN = [U("How do bees make honey?"), A("They collect nectar and evaporate it in the hive."),
+           U("lovely. answer like a ship's captain in a storm, shouting orders and 'batten "
+             "down the hatches'. my daughter thinks it's hilarious")]
+
+
+class SaysTheRule(QuoteScored):
+    """QuoteScored whose extraction writes ``rules`` and whose rule.md answer is ``said``."""
+
+    def __init__(self, rules, said, **kw):
+        super().__init__(rules, "", 0.0, name="Ship captain voice", **kw)
+        self.said = said
+
+    def _reword(self, prompt):
+        if "Said:" in prompt:
+            self.calls.append("rule")
+            return {"rule": self.said}
+        return super()._reword(prompt)
+
+
+@pytest.mark.parametrize("rules, said, kept, gone", [
+    # the model's paraphrase lost what the persona is: the user's words, without the story
+    (["Answer like a captain"],
+     "Answer like a ship's captain in a storm, shouting orders and 'batten down the hatches'.",
+     "ship's captain in a storm", "daughter"),
+    # the restatement says what the user never did: the model's (grounded) rule stands
+    (["Answer like a ship's captain"], "Always end with a pirate joke.",
+     "Answer like a ship's captain", "pirate joke")])
+def test_a_rule_said_in_a_later_turn_is_the_users_own_rule_where_it_passes_the_checks(
+        tmp_path, rules, said, kept, gone):
+    """A persona said after a question, with no cue word: the model's rule kept its gist
+    ("Answer like a captain"); the rule restated in the user's words, without the story
+    (rule.md), is the skill's rule where the checks pass it, and never where they do not."""
+    llm = SaysTheRule(rules, said)
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        CAPTAIN, "turn")
+    assert llm.calls.count("rule") == 1
+    [add] = [a for a in actions if a.kind == "add"]
+    assert kept in add.skill.instructions and gone not in add.skill.instructions, \
+        add.skill.instructions
