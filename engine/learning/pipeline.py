@@ -250,9 +250,9 @@ class Pipeline:
             reword = self.reword if by_model else None
             again = w.turns[0].text if "model:again" in w.cues else ""
             # a rule said in a later turn (not the opening's fact, read apart: its story goes
-            # by fact.md): the user's words for it (said_rule)
-            said_rule = self.said_rule(before[-1], shown[0]) if candidates and \
-                evidence is not None and self.focused is None and len(shown) == 1 else None
+            # by fact.md): the user's words for it (said_rule), asked once, where needed
+            restatable = evidence is not None and self.focused is None and len(shown) == 1
+            said: list[str | None] = []
             for c in candidates:
                 c.fixing = fixing
                 c.said = clip(said_now, 600)
@@ -261,13 +261,20 @@ class Pipeline:
                 # vet(keep=None): the checks, as often as the rules change
                 vet = partial(vet_candidate, c, w.user_text, w.assistant_text, texts,
                               context=requests, evidence=evidence, reword=reword)
-                own_words = False  # the rule is the user's, said without its story
-                if said_rule is not None:
-                    c.constraints = [said_rule]
-                    own_words = vet() is None
-                    if not own_words:
-                        c.constraints = rules
                 why = vet()
+                own_words = False  # the rule is the user's, said without its story
+                if why is None and restatable:
+                    # only the wording of a rule the checks pass: said in the user's words a
+                    # one-off request is grounded by construction, and the checks are what
+                    # stop it (fresh69, run once on the version that rescued ungrounded
+                    # candidates with it: one-off conversations with junk 4/8 -> 7/8)
+                    if not said:
+                        said.append(self.said_rule(before[-1], shown[0]))
+                    if said[0] is not None:
+                        c.constraints = [said[0]]
+                        own_words = vet() is None
+                        if not own_words:
+                            c.constraints = rules
                 restated = False  # the rule is the fact the opening said, without its story
                 if why and why.startswith("no rule grounded") and self.focused is not None:
                     restated = self.restate(c, vet)
