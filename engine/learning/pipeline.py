@@ -754,9 +754,10 @@ class Pipeline:
         turn is about ("Use cowboy language" for "talk like an old cowboy sat round a
         campfire", "Check every word and date" for "…and reply 'approved' in writing"). Asked
         for the rule alone, it kept the expected words, and no case detail, in 79 of the 98
-        such rules of the read fresh60-66; the app's rules were right in 51. Where it passes
-        the checks (grounding, the instance) it is the candidate's rule; otherwise the
-        model's stand as before. None when the model gave none."""
+        such rules of the read fresh60-66; the app's rules were right in 51. Asked only for a
+        candidate whose own rules pass the checks, it is the candidate's rule where it passes
+        them too (grounding, the instance); a candidate the checks stop is never rescued by
+        it. None when the model gave none."""
         new = self._answer("rule", "rule", lang=language(said), earlier=clip(scrub(request), 300),
                            said=clip(scrub(said), 600)) or None
         if new:
