@@ -1418,3 +1418,14 @@ def test_a_rule_said_in_a_later_turn_is_the_users_own_rule_where_it_passes_the_c
     [add] = [a for a in actions if a.kind == "add"]
     assert kept in add.skill.instructions and gone not in add.skill.instructions, \
         add.skill.instructions
+
+
+def test_the_users_own_rule_never_rescues_a_candidate_the_checks_stop(tmp_path):
+    """The model's rule for the persona is not grounded and nothing rescues it: the rule in
+    the user's words (grounded by construction, as a one-off request's would be) is not even
+    asked for, and nothing is written."""
+    llm = SaysTheRule(["Use nautical language"], "Answer like a ship's captain in a storm.")
+    actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(
+        CAPTAIN, "turn")
+    assert "rule" not in llm.calls and not [a for a in actions if a.kind == "add"], \
+        [(a.kind, a.reason) for a in actions]
