@@ -662,6 +662,26 @@ def test_an_openings_fact_is_the_rule_without_its_story(tmp_path, restated, rule
         assert not [w for w in ("leeds", "2019", "screaming") if w in written], written
 
 
+@pytest.mark.parametrize("restated, fact_is_rule", [
+    ("The user has tinnitus: a club or a gig sets it off.", True),
+    ("用户有耳鸣。", False)])  # words the user never said: the model's rule stands
+def test_an_openings_fact_is_said_without_its_story_where_the_models_rule_passes_too(
+        tmp_path, restated, fact_is_rule):
+    """The model's rule for a fact beside the opening's request passes the checks, but it is
+    one case of the fact, or its story ("Avoid tasks that require two hands" for "I've only
+    got the one arm, lost the other in a farm accident…"; read fresh53-66): the fact said
+    without its story is the rule and the description wherever it passes the checks too."""
+    llm = FactRestated(["Avoid a club or a gig"], "tinnitus", restated, name="Night out")
+    [add] = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(STORY)],
+                                                                              "turn")
+    assert add.kind == "add" and llm.calls.count("fact") == 1, add.reason
+    rules = [line[2:] for line in add.skill.instructions.splitlines() if line.startswith("- ")]
+    assert (rules == [restated]) is fact_is_rule, rules
+    assert (add.skill.description == restated) is fact_is_rule
+    if not fact_is_rule:
+        assert rules and "用户" not in "".join(rules)
+
+
 WARFARIN = ("Any herbal teas to help me wind down at night? I'm on warfarin for life after a "
             "clot on my lung so anything that messes with blood thinners is out.")
 
