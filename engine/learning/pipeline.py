@@ -122,8 +122,16 @@ QUOTE_TRIAGE_P = 0.6
 # 0.62; the earlier wording 0.51, triage 0.60); 79/88 durable and 26/56 others go on (before:
 # 77/88 and 41/56), and one-off conversations with a later turn let on fell from 20 of 56 to 5.
 # P(every) is low on the whole (the model answers "this" to most turns): the bar is the
-# prompt's, fitted again whenever lasting.md changes.
-LASTING_MIN_P = 0.33
+# prompt's, fitted again whenever lasting.md changes. Forty-fourth round: "this" also where a
+# change to the answer comes with a reason about the people or things of this case, with two
+# such examples ("Way too angry, he's always been good to us…"); on the read fresh60-66 AUC
+# 0.78 -> 0.80 (English 0.84 -> 0.83, Chinese 0.69 -> 0.77), and the bar that keeps 9 in 10
+# durable later turns moved 0.33 -> 0.24 (89/98 vs 90/98), where one-off conversations with a
+# later turn let on fell from 12 of 56 to 5. Not fitted on, fresh53-59 and fresh68-69 (207
+# later turns, 126 durable): AUC 0.76 -> 0.81 (English 0.86 -> 0.89, Chinese 0.64 -> 0.71); at
+# the old and the new bar, durable turns let on 114 -> 110, others 40/81 -> 32/81, one-off
+# conversations with a later turn let on 11 of 72 -> 5 (fresh53-59 8 -> 1, fresh68-69 3 -> 4).
+LASTING_MIN_P = 0.24
 # A later turn that asks, for a new answer, for what an earlier turn of the conversation asked
 # ("and same for these, how big do they end up") is read together with that turn
 # (:meth:`Pipeline.asked_again`) where the model's P(yes) on ``again.md`` reaches AGAIN_MIN_P,

@@ -424,9 +424,10 @@ def test_qwen_opening_gate_stops_a_question_triage_let_through_but_not_a_stated_
      ("Write up the minutes of tonight's allotment committee meeting.",
       "Put the action points and who is doing them at the very top. Half the committee only "
       "reads the first few lines."), True),
-    # Chinese later turns separate less well (AUC 0.69 on the read fresh60-66, 0.62 on
-    # fresh53-59, English 0.84 / 0.87): this rule, said of "the notice" with no word for every
-    # time, read 0.14 when the check was reworded (the tweak 0.11), below the bar
+    # Chinese later turns separate less well (AUC 0.77 on the read fresh60-66, 0.71 on
+    # fresh53-59 and fresh68-69, English 0.83 / 0.89): this rule, said of "the notice" with
+    # no word for every time, read 0.14 when the check was reworded (the tweak 0.11), below
+    # the bar
     (("帮我写个周六小区停车位调整的通知。", "太官方了，邻居们会觉得我在打官腔，再口语化一点。"),
      ("帮我写个下周二小区停水的通知。", "通知最后加上物业的电话，大家有问题都是直接打电话问的。"), False)])
 def test_qwen_lasting_check_ranks_a_rule_for_the_next_piece_above_a_tweak(pipeline, tweak, rule,
