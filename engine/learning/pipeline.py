@@ -218,7 +218,7 @@ class Pipeline:
         stands as for any rule."""
         self.checkpoint = checkpoint or (lambda: None)
         self.triaged = {}  # message index -> triage's P(durable), for extraction
-        self.quoted, self.facts, self.again = {}, {}, {}
+        self.quoted, self.facts, self.rules, self.again = {}, {}, {}, {}
         self.focused: tuple[str, str] | None = None  # (the opening's sentence, the rest)
         self.users = triage.user_turns(messages)
         self.key = conversation_key(messages)
@@ -260,7 +260,6 @@ class Pipeline:
             # a rule said in a later turn (not the opening's fact, read apart: its story goes
             # by fact.md): the user's words for it (said_rule), asked once, where needed
             restatable = evidence is not None and self.focused is None and len(shown) == 1
-            said: list[str | None] = []
             for c in candidates:
                 c.fixing = fixing
                 c.said = clip(said_now, 600)
@@ -286,10 +285,9 @@ class Pipeline:
                     # one-off request is grounded by construction, and the checks are what
                     # stop it (fresh69, run once on the version that rescued ungrounded
                     # candidates with it: one-off conversations with junk 4/8 -> 7/8)
-                    if not said:
-                        said.append(self.said_rule(before[-1], shown[0]))
-                    if said[0] is not None:
-                        c.constraints = [said[0]]
+                    rule = self.said_rule(before[-1], shown[0])
+                    if rule is not None:
+                        c.constraints = [rule]
                         own_words = vet() is None
                         if not own_words:
                             c.constraints = rules
@@ -742,8 +740,9 @@ class Pipeline:
         ("右手", "瓶盖", "head injury"). Asked for the fact alone, Qwen2.5-Coder-1.5B wrote
         "用户有腱鞘炎，手腕一用力就疼。"; of the 80 facts of the read fresh44-63 its answers kept a
         case detail in 5 where the sentences held one in 23. The answer is a rule like any
-        other: its words must come from the user's (grounding, :func:`vet_candidate`), or the
-        sentence is the rule as before.
+        other: its words must come from the user's (grounding, :func:`vet_candidate`). It is
+        asked for every candidate of such a fact (:meth:`restate`), also where the checks
+        passed the model's own rule.
         """
         if sentence not in self.facts:  # asked once per run (one per candidate of it)
             new = self._answer("fact", "fact", lang=language(sentence),
@@ -753,7 +752,6 @@ class Pipeline:
             self.facts[sentence] = new
         return self.facts[sentence]
 
-    # ------------------------------------------------------------------------------ quote
     def said_rule(self, request: str, said: str) -> str | None:
         """The rule a later turn ``said`` after ``request`` sets for every such piece of work,
         in the user's own words, without its story or this case's details (``rule.md``,
@@ -765,12 +763,16 @@ class Pipeline:
         candidate whose own rules pass the checks, it is the candidate's rule where it passes
         them too (grounding, the instance); a candidate the checks stop is never rescued by
         it. None when the model gave none."""
-        new = self._answer("rule", "rule", lang=language(said), earlier=clip(scrub(request), 300),
-                           said=clip(scrub(said), 600)) or None
-        if new:
-            log.info("evolution: the rule in the user's words: %s", clip(new, 120))
-        return new
+        if (request, said) not in self.rules:  # asked once per window (one per candidate)
+            new = self._answer("rule", "rule", lang=language(said),
+                               earlier=clip(scrub(request), 300),
+                               said=clip(scrub(said), 600)) or None
+            if new:
+                log.info("evolution: the rule in the user's words: %s", clip(new, 120))
+            self.rules[request, said] = new
+        return self.rules[request, said]
 
+    # ------------------------------------------------------------------------------ quote
     def quote(self, w: triage.Window, requests: Sequence[str] = ()) -> str | None:
         """The sentence of the window's evidence turns that says what the user wants to last,
         picked by the model (``quote.md``: its number, or 0 for none), where the model's own

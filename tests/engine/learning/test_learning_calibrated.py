@@ -311,14 +311,14 @@ def test_bench_triage_lasting_compares_the_gates_on_later_turns():
     row = lambda i, durable, p, pl, oneoff=False: {  # noqa: E731
         "id": i, "opening": False, "durable": durable, "oneoff": oneoff, "p": p, "pl": pl}
     rows = [row("a", True, 0.32, 0.73), row("b", True, 0.6, LASTING_MIN_P),
-            row("c", False, 0.75, 0.3, oneoff=True)]
+            row("c", False, 0.95, LASTING_MIN_P - 0.04, oneoff=True)]
     lines = lasting_table(rows).splitlines()
     assert lines[0] == "later turns with both reads: 3 (2 durable, 1 not)"
     gate = {ln.split("|")[0].strip(): ln for ln in lines if "|" in ln}
     app = gate[f"lasting >= {LASTING_MIN_P} (app)"]
     assert "| 2/2 (1.00)" in app and app.endswith("0/1")
     assert "| 1/2 (0.50)" in gate["triage >= 0.42 alone"]
-    assert gate["even odds, triage and lasting"].endswith("1/1")  # 0.75 >= 1 - 0.3
+    assert gate["even odds, triage and lasting"].endswith("1/1")  # 0.95 >= 1 - 0.2
     assert "| 1/2 (0.50)" in gate["lasting >= 0.5"]
     assert let_through(rows[0]) and let_through(rows[1]) and not let_through(rows[2])
     # the likeliest sentence read alone gets its AUC where every row has it
@@ -338,12 +338,12 @@ def test_bench_triage_tabulates_the_turns_cue_words_find_at_triages_bar():
     row = lambda i, durable, pc, pl=None: {  # noqa: E731
         "id": i, "turn": 2, "opening": pl is None, "durable": durable, "oneoff": not durable,
         "cued": True, "p": None, "pc": pc, "pl": pl}
-    rows = [row("dont", True, 0.62, 0.3), row("after", False, 0.23), row("always", False, 0.6)]
+    rows = [row("dont", True, 0.62, 0.2), row("after", False, 0.23), row("always", False, 0.6)]
     assert [let_through(r) for r in rows] == [True, False, True]
     gate = {ln.split("|")[0].strip(): ln for ln in cued_table(rows).splitlines() if "|" in ln}
     assert gate["cue words alone"].endswith("| 2/2")
     assert gate["triage >= 0.42 (app)"].endswith("| 1/2")
-    assert "| 0/1" in gate[f"lasting >= {LASTING_MIN_P} (later turns), else triage"]  # 0.3
+    assert "| 0/1" in gate[f"lasting >= {LASTING_MIN_P} (later turns), else triage"]  # 0.2
 
 
 def test_bench_triage_labels_extracted_rules_and_tabulates_the_keep_bar():
@@ -883,10 +883,10 @@ TWEAK = [U("Write a leaving card message for Dave from the warehouse."), A("Dear
 
 
 @pytest.mark.parametrize("p_triage, p_again, learned", [
-    (0.6, 0.2, False),   # P(about every piece of that work) below LASTING_MIN_P
-    (0.9, 0.3, False),   # however sure triage is
-    (0.6, 0.4, True),    # at the bar
-    (0.3, 0.4, True)])   # below triage's own bar for openings
+    (0.6, 0.1, False),   # P(about every piece of that work) below LASTING_MIN_P
+    (0.9, 0.2, False),   # however sure triage is
+    (0.6, 0.3, True),    # past the bar
+    (0.3, 0.3, True)])   # below triage's own bar for openings
 def test_a_later_turn_goes_on_only_where_it_is_about_every_piece_of_that_work(
         tmp_path, p_triage, p_again, learned):
     """A later turn ("make it cheeky"): the model is asked whether what it says is about
