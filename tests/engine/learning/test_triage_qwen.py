@@ -154,6 +154,26 @@ def test_qwen_learns_a_lone_firm_fact_in_the_users_words(pipeline, tmp_path, sai
     assert word in added[0].display_name.lower() + added[0].description.lower()
 
 
+@pytest.mark.parametrize("said, word, story", [
+    ("We're off to Cornwall for a week in August with the kids, what should we book? I'm deaf "
+     "in one ear since a motorbike crash in 2012, so I can't follow anything in noisy places.",
+     "deaf", ["cornwall", "august", "kids", "motorbike", "2012"])])
+def test_qwen_learns_an_openings_fact_said_without_its_story(pipeline, tmp_path, said, word,
+                                                              story):
+    """A fact beside the opening's request, with the story of how it came about: the skill's
+    rule and description are the fact said without that story (fact.md), even where the
+    model's own rule would have passed the checks, and nothing of the trip is written."""
+    learner = Pipeline(SkillBank(tmp_path), "default", pipeline.llm)
+    actions = learner.run([{"role": "user", "content": said}], "turn")
+    added = [a.skill for a in actions if a.kind == "add"]
+    assert len(added) == 1, [(a.kind, a.reason) for a in actions]
+    s = added[0]
+    rules = [line[2:] for line in s.instructions.splitlines() if line.startswith("- ")]
+    assert rules == [s.description] and word in s.description.lower(), (rules, s.description)
+    written = "\n".join([s.display_name, s.description, s.instructions, *s.triggers]).lower()
+    assert not [w for w in story if w in written], written
+
+
 def test_qwen_learns_the_rule_a_cue_word_fast_tracked_not_the_request_before_it(
         pipeline, tmp_path):
     """A chat turn a cue word ("wrong") let through is the extraction's evidence alone and
