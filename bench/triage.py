@@ -104,7 +104,8 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     P(about every future piece of that work), read after the user's two turns before it, as
     :meth:`Pipeline._lasting` reads it, and every scored turn ``ps``: triage's P of its
     likeliest sentence read alone (:meth:`Pipeline.likeliest_sentence`), the opening gate's
-    third read (:func:`opening_p`).
+    second read (:func:`opening_p`), and every opening ``pw``: P(that sentence is about the
+    writer themselves, :meth:`Pipeline.mine_score`), its third.
     ``openings``: only each conversation's opening message is scored."""
     from engine.learning import triage
     from engine.learning.pipeline import earlier_requests
@@ -138,6 +139,8 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
             # the mean of two reads, so its one sentence is read alone again
             best = pipe.likeliest_sentence(users[-1].text, row["p"] if row["opening"] else None)
             row["ps"] = best.p if best else row["p"]
+            if row["opening"]:
+                row["pw"] = pipe.mine_score(best.text if best else users[-1].text)
         if lasting and (row["p"] is not None or row.get("pc") is not None) \
                 and not row["opening"]:
             row["pl"] = pipe.lasting_score(users[-1], [t.text for t in users[:-1]][-2:])
@@ -314,9 +317,10 @@ def lasting_table(rows: list[dict[str, Any]]) -> str:
 
 def opening_table(rows: list[dict[str, Any]]) -> str:
     """The openings triage scored (cue words found none) with the gate's three reads: how each
-    separates the durable ones (AUC), what the app's gate (:func:`opening_p` at
-    ``OPENING_MIN_P``) lets through of those triage's bar lets on, and a logistic fit of
-    ``OPENING_FIT`` on these rows (Newton's method, a light L2 on the weights)."""
+    separates the durable ones (AUC; extraction's P(a skill) beside them where scored), what
+    the app's gate (:func:`opening_p` at ``OPENING_MIN_P``) lets through of those triage's bar
+    lets on, and a logistic fit of ``OPENING_FIT`` on these rows (Newton's method, a light L2
+    on the weights) with what its bars would let through of those triage's bar lets on."""
     import math
 
     import numpy as np
@@ -324,20 +328,23 @@ def opening_table(rows: list[dict[str, Any]]) -> str:
     from engine.learning import triage
     from engine.learning.pipeline import OPENING_MIN_P, opening_p
 
-    sel = [r for r in rows if r["opening"] and r["p"] is not None
-           and r.get("pe") is not None and r.get("ps") is not None]
+    keys = ("p", "ps", "pw")
+    sel = [r for r in rows if r["opening"] and all(r.get(k) is not None for k in keys)]
     if not sel:
         return "openings with the gate's three reads: none"
-    gate = lambda r: opening_p(r["p"], r["pe"], r["ps"])  # noqa: E731
+    gate = lambda r: opening_p(r["p"], r["ps"], r["pw"])  # noqa: E731
     pos = [r for r in sel if r["durable"]]
     neg = [r for r in sel if not r["durable"]]
     lines = [f"openings with the gate's three reads: {len(sel)} ({len(pos)} durable, "
              f"{len(neg)} not)", "score                                | AUC",
              "-------------------------------------|-----"]
     for name, f in (("triage P(durable), whole message", lambda r: r["p"]),
-                    ("extraction P(a skill)", lambda r: r["pe"]),
+                    ("extraction P(a skill) (not a read)", lambda r: r.get("pe")),
                     ("triage P, likeliest sentence alone", lambda r: r["ps"]),
+                    ("P(about the writer), that sentence", lambda r: r["pw"]),
                     ("the app's gate (opening_p)", gate)):
+        if any(f(r) is None for r in sel):
+            continue
         a = auc([f(r) for r in pos], [f(r) for r in neg])
         lines.append(f"{name:<37}| {'n/a' if a is None else f'{a:.3f}'}")
     on = [r for r in sel if r["p"] >= triage.DURABLE_MIN_P]
@@ -346,19 +353,22 @@ def opening_table(rows: list[dict[str, Any]]) -> str:
     lines.append(f"triage's bar lets on {len(on)} ({sum(r['durable'] for r in on)} durable); "
                  f"the gate at {OPENING_MIN_P} lets through {tp} durable, {fp} others")
     lg = lambda p: math.log(min(max(p, 1e-6), 1 - 1e-6) / (1 - min(max(p, 1e-6), 1 - 1e-6)))  # noqa: E731
-    x = np.array([[lg(r["p"]), lg(r["pe"]), lg(r["ps"]), 1.0] for r in sel])
+    x = np.array([[lg(r[k]) for k in keys] + [1.0] for r in sel])
     y = np.array([1.0 if r["durable"] else 0.0 for r in sel])
-    w, reg = np.zeros(4), np.diag([0.01, 0.01, 0.01, 0.0]) * len(sel)
+    w, reg = np.zeros(len(keys) + 1), np.diag([0.01] * len(keys) + [0.0]) * len(sel)
     for _ in range(50):
         q = 1 / (1 + np.exp(-x @ w))
         hess = x.T @ (x * (q * (1 - q))[:, None]) + reg
         w -= np.linalg.solve(hess, x.T @ (q - y) + reg @ w)
     fit = 1 / (1 + np.exp(-x @ w))
     lines.append("fit on these rows: OPENING_FIT = (" + ", ".join(f"{v:.2f}" for v in w)
-                 + ")  (x logit P whole, x logit P(a skill), x logit P sentence, + intercept)")
-    lines.append("its bars (durable / others through): " + "  ".join(
-        f"{b}: {int(sum(fit[y == 1] >= b))}/{int(sum(fit[y == 0] >= b))}"
-        for b in (0.15, 0.2, 0.25, 0.3, 0.35)))
+                 + ")  (x logit P whole, x logit P sentence, x logit P(about the writer), "
+                 "+ intercept)")
+    on_ = np.array([r["p"] >= triage.DURABLE_MIN_P for r in sel])
+    lines.append("its bars (durable / others through, of those triage's bar lets on): "
+                 + "  ".join(f"{b}: {int(sum((fit >= b) & on_ & (y == 1)))}/"
+                             f"{int(sum((fit >= b) & on_ & (y == 0)))}"
+                             for b in (0.15, 0.2, 0.25, 0.3, 0.35)))
     return "\n".join(lines)
 
 

@@ -72,21 +72,30 @@ EXTRACT_OPTIONS = {"none": " []", "some": ' [{"', "some_": " [{", "some_nl": " [
 # The one-off turns scored 0.14 and 0.22: a thin margin; the held-out halves decide.
 EXTRACT_MIN_P = 0.3
 # The conversation's opening message is decided by one score fitted on three reads: triage's
-# P(durable) of the whole message, extraction's P(a skill), and triage's P of the message's
-# likeliest sentence read alone (:meth:`Pipeline.likeliest_sentence`): a fact said beside a
-# request ("…what could we do on the saturday night? I've got tinnitus, anywhere loud…") reads
-# 0.48 whole and 0.77 alone. A logistic fit on their logits (:func:`opening_p`), fitted on the
-# 161 model-triaged openings of the read splits fresh53-59 (`skilldesk bench triage --openings
-# --extract --lasting`, 26 holding a lasting rule, all firm facts beside a request; 135 not):
-# AUC 0.987 (whole 0.945, alone 0.958, extraction 0.908). The bar weighs a lost rule as three
-# false yeses, read off those scores (0.2: 26 and 8; 0.25: 26 and 7; 0.3: 24 and 5). On the
-# read fresh60-62, not fitted on (69 openings, 12 durable): AUC 0.972, where the two-read fit
-# (2.76, 1.13, -3.55) it replaces had 0.955; of the 43 openings triage's bar lets on it lets
-# 12/12 durable and 3 others through, the two-read fit 10/12 and 7. That fit, the thirty-
-# seventh round's, replaced a chain of bars (triage's, P(none) against triage, EXTRACT_MIN_P
-# or TRIAGE_SURE_P) that let 26 durable and 26 others of fresh53-59 through.
-OPENING_FIT = (1.41, 0.97, 1.40, -3.77)  # × logit: P whole, P(a skill), P sentence; + c
-OPENING_MIN_P = 0.25
+# P(durable) of the whole message, triage's P of the message's likeliest sentence read alone
+# (:meth:`Pipeline.likeliest_sentence`: a fact said beside a request, "…what could we do on
+# the saturday night? I've got tinnitus, anywhere loud…", reads 0.48 whole and 0.77 alone),
+# and P(that sentence is the writer's own and lasts, :meth:`Pipeline.mine_score`: a fact
+# about them, or a standing instruction of theirs). The third read is there because triage
+# also takes a fact about someone or something else for the user's constraint (read fresh70:
+# "my colleague is very quiet", "my mum's eyesight", a running cistern — five of its seven
+# one-off junk skills came from openings). A logistic fit on the reads' logits
+# (:func:`opening_p`), fitted on the 161 model-triaged openings of the read splits
+# fresh53-59 (`skilldesk bench triage --openings --extract --lasting`, 26 holding a lasting
+# rule, all firm facts beside a request; 135 not): AUC 0.999, the third read alone 0.994.
+# The bar weighs a lost rule as three false yeses, read off the fit set (of the 92 triage's
+# bar lets on, 0.2: 26 durable and 3 others through; 0.25: 26 and 2; 0.3: 26 and 1; 0.35:
+# 26 and 1). On the read fresh60-66 (160 openings, 27 durable) it lets 25/27 durable and 3
+# others through, AUC 0.991; on the read fresh68-70 (69, 12 durable) 6/12 and 2, AUC 0.928.
+# The fit before it (whole, sentence and extraction's P(a skill), at 0.25) let 22/27 and 6,
+# 5/12 and 8 (AUC 0.953, 0.844). Extraction's P(a skill) is no read of it: a fit with it let
+# 25/27 and 2, 6/12 and 2 through (AUC 0.985, 0.955), one other fewer, for a forward pass
+# over the long extraction prompt on every opening. mine.md's wording was settled on the fit
+# set, on these two and on sentences of our own (its first wording, yes or no, separated the
+# two at 0.936 and 0.882; asking only who the sentence is about stopped "From now on, answer
+# me in British English" at the opening).
+OPENING_FIT = (0.82, 1.18, 1.69, -2.14)  # × logit: P whole, P sentence, P(about the writer); + c
+OPENING_MIN_P = 0.3
 # ...unless triage was sure: its P(durable) at or above this overrules extraction's "nothing"
 # (fourth round: extraction answered "nothing" (P 0.05-0.28) to "do not recap", "three
 # sentences at most" after triage's 0.84-0.93). The bar is the lowest on a 0.05 grid that no
@@ -572,33 +581,34 @@ class Pipeline:
         if self.policy["extract"] == "off":
             return [], Action("discard", reason="learning is off for this model", step="extract")
         values = self.extract_values(w, earlier)
-        schema = None
-        # a remembered turn needs no first decision: the user made it
-        p = None if self.remembered else self.extract_score(values)
-        if p is not None:
-            log.info("evolution: extraction P(a skill) %.3f (%s)", p,
-                     clip(values["user_turns"], 80))
-            sure = max((self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0)
+        schema, decided = None, False  # decided: the model's first decision is to write one
+        # a remembered turn needs no first decision: the user made it; a backend that cannot
+        # score tokens (a scripted or remote model) lets its structured answer decide alone
+        if self.llm.scores_tokens and not self.remembered:
             best, text = None, w.turns[w.focus].text
             if self.at_opening(w):
-                whole = self.triaged[self.opening]
-                best = self.likeliest_sentence(text, whole)
-                q = opening_p(whole, p, best.p if best else whole)
-                if q < OPENING_MIN_P:
-                    log.info("evolution: the opening's P(durable) from three reads %.2f < %.2f",
-                             q, OPENING_MIN_P)
+                q, best = self.opening_score(text)
+                if q is None or q < OPENING_MIN_P:
+                    log.info("evolution: the opening's P(lasting) from three reads %s < %.2f",
+                             "unavailable" if q is None else f"{q:.2f}", OPENING_MIN_P)
                     return [], None
-            elif p < EXTRACT_MIN_P and sure < TRIAGE_SURE_P:
-                return [], None
-            elif self.opening_alone(w):
-                # let on by cue words where triage did not score it (no P of the whole to
-                # reuse); they may sit in the request or in the story ("…家里盐也换成无碘的了"
-                # is no correction): its fact is read apart all the same
-                best = self.likeliest_sentence(text)
+                decided = True
+            elif (p := self.extract_score(values)) is not None:
+                log.info("evolution: extraction P(a skill) %.3f (%s)", p,
+                         clip(values["user_turns"], 80))
+                sure = max((self.triaged.get(t.index, 0.0) for t in w.turns), default=0.0)
+                if p < EXTRACT_MIN_P and sure < TRIAGE_SURE_P:
+                    return [], None
+                decided = True
+                if self.opening_alone(w):
+                    # let on by cue words where triage did not score it (no P of the whole
+                    # to reuse); they may sit in the request or in the story ("…家里盐也换成
+                    # 无碘的了" is no correction): its fact is read apart all the same
+                    best = self.likeliest_sentence(text)
             self.focused = self.apart(text, best) if best is not None else None
             if self.focused is not None:
                 values = self.extract_values(w, earlier, focus=self.focused)
-        if p is not None or (self.remembered and self.llm.scores_tokens):
+        if decided or (self.remembered and self.llm.scores_tokens):
             lang = values["lang"]
             schema = self.llm.prompt("extract", lang).schema or {}  # decided: write one
             schema = {**schema, "properties": {**schema["properties"], "skills": {
@@ -906,6 +916,42 @@ class Pipeline:
         gave no usable answer."""
         return self._p_yes("keep", "keep", user_turns=numbered(w.turns), rule=clip(rule, 200))
 
+    def opening_score(self, text: str) -> tuple[float | None, Likeliest | None]:
+        """P(the opening message ``text`` holds something lasting about the user) from three
+        reads (:func:`opening_p`): triage's P of the whole message (scored before), triage's
+        P of its likeliest sentence read alone (:meth:`likeliest_sentence`) and P(that
+        sentence is about the writer themselves, :meth:`mine_score`); and that sentence. The
+        P is None when a read gave no usable answer."""
+        whole = self.triaged[self.opening]
+        best = self.likeliest_sentence(text, whole)
+        mine = self.mine_score(best.text if best is not None else text)
+        if mine is None:
+            return None, best
+        return opening_p(whole, best.p if best is not None else whole, mine), best
+
+    def mine_score(self, sentence: str) -> float | None:
+        """P(``sentence`` is the writer's own and lasts): the model's P of "me" (a lasting
+        fact about the writer) plus "always" (a standing instruction of theirs) after
+        ``{"who": "`` of ``mine.md``; the others are "other" (someone or something else) and
+        "request" (this one request, a question, thanks). One forward pass; None when the
+        model gave no usable answer.
+
+        Asked as yes or no, Qwen2.5-Coder-1.5B answered 0.5-0.95 for nearly every opening (a
+        guest's peanut allergy 0.78 beside the writer's own 0.90); asked who the sentence is
+        about, 0.00 and 0.96 (on the read fresh53-59 the AUC for the openings that hold a
+        lasting fact rose from 0.946 to 0.994). Asked only that, it put a standing
+        instruction ("From now on, answer me in British English") under "request" (P(me)
+        0.03); "always" gives it 0.81."""
+        self.checkpoint()
+        try:
+            probs = self.llm.choice("mine", "who", sentence=clip(scrub(sentence), 400))
+            return probs["me"] + probs["always"]
+        except Cancelled:
+            raise
+        except (SkillDeskError, ValueError, KeyError) as exc:
+            log.info("evolution: mine score unavailable (%s)", exc)
+            return None
+
     def _answer(self, prompt: str, field: str, **values: Any) -> str:
         """The text field ``field`` of prompt ``prompt``'s structured answer, whitespace
         folded; "" when the model gave no usable answer (that step only is skipped)."""
@@ -1210,14 +1256,14 @@ def asked_for(earlier: list[str], w: triage.Window) -> str:
 MAX_OPTIONS = 9  # the quote prompt's schema numbers sentences 1-9
 
 
-def opening_p(p_durable: float, p_skill: float, p_sentence: float) -> float:
-    """P(the conversation's opening message holds a lasting rule) from triage's P(durable) of
-    the whole message, extraction's P(a skill), and triage's P of the message's likeliest
-    sentence read alone (:meth:`Pipeline.likeliest_sentence`): the logistic fit
-    :data:`OPENING_FIT`."""
+def opening_p(p_durable: float, p_sentence: float, p_mine: float) -> float:
+    """P(the conversation's opening message holds something lasting about the user) from
+    triage's P(durable) of the whole message, triage's P of the message's likeliest sentence
+    read alone (:meth:`Pipeline.likeliest_sentence`) and P(that sentence is about the writer
+    themselves, :meth:`Pipeline.mine_score`): the logistic fit :data:`OPENING_FIT`."""
     a, b, c, d = OPENING_FIT
-    return 1.0 / (1.0 + math.exp(-(a * logit(p_durable) + b * logit(p_skill)
-                                   + c * logit(p_sentence) + d)))
+    return 1.0 / (1.0 + math.exp(-(a * logit(p_durable) + b * logit(p_sentence)
+                                   + c * logit(p_mine) + d)))
 
 
 def options(sentences: list[str]) -> list[str]:

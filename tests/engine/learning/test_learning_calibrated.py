@@ -279,26 +279,29 @@ def test_bench_triage_separates_openings_from_later_turns():
 
 def test_bench_triage_fits_the_opening_gate_on_its_three_reads():
     """``--openings --extract --lasting``: the opening gate's three reads get an AUC each, and
-    the logistic fit of OPENING_FIT weighs the read that separates (here the sentence read
-    alone) and not the two that do not."""
+    the logistic fit of OPENING_FIT weighs the read that separates (here P(about the writer))
+    and not the two that do not; extraction's P(a skill), no read of the gate, gets a line
+    only where it was scored."""
     import random
 
     from bench.triage import opening_table
 
     rng = random.Random(7)
     rows = [{"opening": True, "durable": d, "p": rng.uniform(0.3, 0.7),
-             "pe": rng.uniform(0.3, 0.9), "ps": rng.uniform(0.6, 0.95) if d else
+             "ps": rng.uniform(0.3, 0.9), "pw": rng.uniform(0.6, 0.95) if d else
              rng.uniform(0.1, 0.65)} for d in [True] * 20 + [False] * 60]
     out = opening_table(rows + [{"opening": False, "durable": True, "p": 0.9}])
     assert "openings with the gate's three reads: 80 (20 durable, 60 not)" in out
-    ps_auc = float(next(ln for ln in out.splitlines() if ln.startswith(
-        "triage P, likeliest sentence alone")).rsplit("|", 1)[1])
-    assert ps_auc > 0.95
+    pw_auc = float(next(ln for ln in out.splitlines() if ln.startswith(
+        "P(about the writer)")).rsplit("|", 1)[1])
+    assert pw_auc > 0.95
+    assert "extraction" not in out
     fit = out.split("OPENING_FIT = (", 1)[1].split(")", 1)[0]
-    w_p, w_pe, w_ps, _ = (float(v) for v in fit.split(", "))
-    assert w_ps > 2 * max(abs(w_p), abs(w_pe)), fit
-    assert opening_table([{"opening": True, "durable": True, "p": 0.5, "pe": None}]) == \
-        "openings with the gate's three reads: none"
+    w_p, w_ps, w_pw, _ = (float(v) for v in fit.split(", "))
+    assert w_pw > 2 * max(abs(w_p), abs(w_ps)), fit
+    assert "extraction P(a skill)" in opening_table([{**r, "pe": 0.5} for r in rows])
+    assert opening_table([{"opening": True, "durable": True, "p": 0.5, "ps": 0.5,
+                           "pw": None}]) == "openings with the gate's three reads: none"
 
 
 def test_bench_triage_lasting_compares_the_gates_on_later_turns():
@@ -494,49 +497,58 @@ def test_an_openings_one_sentence_is_the_rule_where_triage_outweighs_none(tmp_pa
 
 
 class BothScored(Scored):
-    """Triage says durable with probability ``p_durable`` (both reads), extraction "a skill"
-    with ``p_skill``; every later turn is wanted again."""
+    """Triage says durable with probability ``p_durable`` (every read), extraction "a skill"
+    with ``p_skill``, the sentence is about the writer with ``p_mine``; every later turn is
+    wanted again."""
 
-    def __init__(self, sc, p_durable: float, p_skill: float):
+    def __init__(self, sc, p_durable: float, p_skill: float, p_mine: float = 0.5):
         super().__init__(1 - p_durable, scenario=sc)
-        self.p_skill = p_skill
+        self.p_skill, self.p_mine = p_skill, p_mine
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
         if prefix == '{"skills":':
             self.calls.append("extract-score")
             rest = self.p_skill / (len(options) - 1)
             return {o: math.log(1 - self.p_skill if o == " []" else rest) for o in options}
+        if prefix.startswith('{"who"'):
+            self.calls.append("mine")
+            return {"me": math.log(self.p_mine), "always": -30.0,
+                    "other": math.log((1 - self.p_mine) / 2),
+                    "request": math.log((1 - self.p_mine) / 2)}
         return super().choice_logprobs(messages, prefix, options, cancel)
 
 
-@pytest.mark.parametrize("p_durable, p_skill, opening, later", [
-    (0.6, 0.5, False, True),   # middling on both: not at the opening; a later turn's bars pass
-    (0.5, 0.99, True, True),   # extraction sure: the opening goes on on triage's bar alone
-    (0.85, 0.5, True, True),   # triage sure: so does extraction's middling read
-    (0.6, 0.2, False, False)])  # below extraction's bar: nowhere
-def test_the_opening_is_decided_by_one_score_fitted_on_triage_and_extraction(
-        tmp_path, p_durable, p_skill, opening, later):
-    """The conversation's opening message goes on where the logistic fit of triage's P and
-    extraction's P reaches its bar (``opening_p``), not where each passes its own bar; a later
-    turn keeps its own gates (the lasting check, then extraction's bar)."""
+@pytest.mark.parametrize("p_durable, p_skill, p_mine, opening, later", [
+    (0.6, 0.5, 0.2, False, True),   # not the writer's: not at the opening; later bars pass
+    (0.5, 0.5, 0.99, True, True),   # about the writer, sure: the opening goes on
+    (0.85, 0.5, 0.5, True, True),   # triage sure: past a middling third read
+    (0.6, 0.2, 0.2, False, False)])  # below extraction's bar, not the writer's: nowhere
+def test_the_opening_is_decided_by_one_score_fitted_on_its_three_reads(
+        tmp_path, p_durable, p_skill, p_mine, opening, later):
+    """The conversation's opening message goes on where the logistic fit of triage's reads and
+    P(about the writer) reaches its bar (``opening_p``), without extraction's first decision;
+    a later turn keeps its own gates (the lasting check, then extraction's bar) and is not
+    asked whether it is about the writer."""
     sc = {"expect": [{"outcome": "add", "name": "Water fear", "evidence": "deep water",
                       "constraints": ["No boat trips"], "keywords": ["boat"]}]}
     said = "I'm terrified of deep water, so no boat trips on this holiday in Crete."
     for msgs, written in (([U(said)], opening),
                           ([U("Plan a week in Crete."), A("Day 1: ..."), U(said)], later)):
-        llm = BothScored(sc, p_durable, p_skill)
+        llm = BothScored(sc, p_durable, p_skill, p_mine)
         pipe = Pipeline(SkillBank(tmp_path / f"b{len(msgs)}"), "default", LLMClient(llm))
         actions = pipe.run(msgs, "turn")
-        assert "extract-score" in llm.calls
+        at_opening = len(msgs) == 1
+        assert ("extract-score" in llm.calls) is not at_opening
+        assert ("mine" in llm.calls) is at_opening
         assert any(a.kind == "add" for a in actions) is written, \
             [(a.kind, a.reason) for a in actions]
 
 
-@pytest.mark.parametrize("p_durable, p_skill, written", [
-    (0.6, 0.5, False),   # past triage's bar and extraction's, but not the opening's fit
+@pytest.mark.parametrize("p_durable, p_mine, written", [
+    (0.6, 0.2, False),   # past triage's bar, but not the opening's fit
     (0.85, 0.99, True)])
 def test_an_opening_cue_words_find_is_decided_by_the_openings_fit(tmp_path, p_durable,
-                                                                 p_skill, written):
+                                                                 p_mine, written):
     """A cue word ("wrong") finds the opening: cue words may take a turn to the model, never
     past it, so the opening's fitted score decides, as where the model's triage found it."""
     said = "My new glasses keep sliding down my nose when I read. What am I doing wrong?"
@@ -544,10 +556,10 @@ def test_an_opening_cue_words_find_is_decided_by_the_openings_fit(tmp_path, p_du
     assert triage.signal(said).correction  # the cue words' path
     sc = {"expect": [{"outcome": "add", "name": "Glasses fit", "evidence": "sliding",
                       "constraints": ["Check how the glasses fit"], "keywords": ["glasses"]}]}
-    llm = BothScored(sc, p_durable, p_skill)
+    llm = BothScored(sc, p_durable, 0.99, p_mine)
     actions = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)],
                                                                                 "turn")
-    assert "extract-score" in llm.calls
+    assert "mine" in llm.calls
     assert any(a.kind == "add" for a in actions) is written, \
         [(a.kind, a.reason) for a in actions]
 
@@ -556,14 +568,16 @@ class FactBeside(FixedExtract):
     """FixedExtract on a backend that reads token scores: triage says durable with P
     ``p_fact`` of a message that holds ``fact``, 0.3 of any other (``p_whole``, where given,
     of the whole two-sentence message); extraction "a skill" with P ``p_skill``; the quote
-    step "none" and the keep check no. Keeps the evidence and context of every extraction.
+    step "none" and the keep check no; a sentence that holds ``fact`` is about the writer with
+    P ``p_mine``, any other 0.3. Keeps the evidence and context of every extraction.
     ``kind``: the durable kind triage finds likeliest for the sentence that holds ``fact``
     (None: all six alike)."""
 
-    def __init__(self, rules, fact, p_fact=0.95, p_whole=None, p_skill=0.99, kind=None, **kw):
+    def __init__(self, rules, fact, p_fact=0.95, p_whole=None, p_skill=0.99, kind=None,
+                 p_mine=0.9, **kw):
         super().__init__(rules, **kw)
         self.fact, self.p_fact, self.p_whole, self.prompts = fact, p_fact, p_whole, []
-        self.p_skill, self.kind = p_skill, kind
+        self.p_skill, self.kind, self.p_mine = p_skill, kind, p_mine
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
         said = messages[-1]["content"]
@@ -578,6 +592,10 @@ class FactBeside(FixedExtract):
         if prefix.startswith(('{"sentence"', '{"keep"')):
             return {o: math.log(0.9 if o in ("0", "no") else 0.1 / (len(options) - 1))
                     for o in options}
+        if prefix.startswith('{"who"'):
+            p = self.p_mine if self.fact in said else 0.3
+            return {"me": math.log(p), "always": -30.0, "other": math.log(1 - p),
+                    "request": -30.0}
         rest = self.p_skill / (len(options) - 1)  # extraction
         return {o: math.log(1 - self.p_skill if o == " []" else rest) for o in options}
 
@@ -709,11 +727,12 @@ def test_an_openings_fact_the_user_said_better_is_said_without_its_story(tmp_pat
 @pytest.mark.parametrize("p_fact, written", [(0.9, True), (0.45, False)])
 def test_the_opening_gate_reads_the_likeliest_sentence_alone(tmp_path, p_fact, written):
     """Triage read the whole opening (a request and a fact beside it) at 0.45, past its own
-    bar: the gate goes on where the fact's sentence read alone is likely to last (0.9), and
-    stops where it is no likelier than the whole (:func:`opening_p`'s third read)."""
+    bar, and whether the fact is the writer's is a toss-up (0.5): the gate goes on where the
+    fact's sentence read alone is likely to last (0.9), and stops where it is no likelier
+    than the whole (:func:`opening_p`'s second read)."""
     said = "Plan a day trip from Leeds for me and my wife. I've got a bad knee, so no long walks."
     llm = FactBeside(["Avoid long walks"], "knee", p_fact=p_fact, p_whole=0.45, p_skill=0.86,
-                     name="Outings")
+                     name="Outings", p_mine=0.5)
     actions = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)],
                                                                                 "turn")
     assert any(a.kind == "add" for a in actions) is written, [(a.kind, a.reason) for a in actions]
