@@ -414,28 +414,57 @@ def test_qwen_quote_points_at_the_persona_sentence_and_at_none_for_a_tweak(pipel
 
 
 
+def opening_gate(pipeline, said: str) -> tuple[float, float]:
+    """Triage's P of the opening ``said`` and the opening's gate (:func:`opening_p`) on it, as
+    :meth:`Pipeline.opening_score` reads them."""
+    turns = user_turns([{"role": "user", "content": said}])
+    p = pipeline.triage_score(turns)[0]
+    best = pipeline.likeliest_sentence(turns[-1].text, p)
+    mine = pipeline.mine_score(best.text if best else said)
+    return p, opening_p(p, best.p if best else p, mine)
+
+
 def test_qwen_opening_gate_stops_a_question_triage_let_through_but_not_a_stated_fact(
         pipeline):
-    """The opening message's gate (:func:`opening_p`, fitted on triage's P, extraction's
-    P(a skill) and triage's P of the likeliest sentence alone): a question about the user's
-    plant, which triage's bar lets through (P 0.54 when written), goes no further; a firm fact
-    beside a request goes on."""
+    """The opening message's gate (:func:`opening_p`, fitted on triage's P of the whole, of the
+    likeliest sentence alone, and P(that sentence is about the writer)): a question about the
+    user's plant, which triage's bar lets through (P 0.54 when written), goes no further; a
+    firm fact beside a request goes on."""
     basil = "My basil smells of aniseed now and the leaves are going black at the edges. " \
             "Did I overwater it?"
     coeliac = "Plan three dinners for this week. I'm coeliac, so everything has to be " \
               "gluten-free, no exceptions."
-
-    def gate(said: str) -> tuple[float, float]:
-        turns = user_turns([{"role": "user", "content": said}])
-        p = pipeline.triage_score(turns)[0]
-        w = Window(turns=turns, cues=["model:constraint"])
-        best = pipeline.likeliest_sentence(turns[-1].text, p)
-        return p, opening_p(p, pipeline.extract_score(pipeline.extract_values(w)),
-                            best.p if best else p)
-
-    (p_basil, basil_p), (_, coeliac_p) = gate(basil), gate(coeliac)
+    (p_basil, basil_p), (_, coeliac_p) = opening_gate(pipeline, basil), \
+        opening_gate(pipeline, coeliac)
     assert p_basil >= DURABLE_MIN_P
     assert basil_p < OPENING_MIN_P <= coeliac_p, (basil_p, coeliac_p)
+
+
+EN_DINNER = ("A few friends are coming round for dinner on Saturday, can you suggest a menu? "
+             "{} badly allergic to peanuts, even a trace means hospital.")
+ZH_DINNER = "周末要请几个朋友来家里吃饭，帮我想个菜单。{}对花生严重过敏，沾一点就得去医院。"
+
+
+@pytest.mark.parametrize("said, mine", [
+    (EN_DINNER.format("I'm"), True), (EN_DINNER.format("One of the guests is"), False),
+    (ZH_DINNER.format("我"), True), (ZH_DINNER.format("其中一位客人"), False)])
+def test_qwen_opening_gate_tells_the_writers_fact_from_someone_elses(pipeline, said, mine):
+    """The same fact beside the same request, the writer's own or a guest's: the opening's
+    gate lets the writer's on and stops the guest's (triage alone reads both as a lasting
+    constraint; read fresh70: "my colleague is very quiet" became "The user is quiet")."""
+    p, q = opening_gate(pipeline, said)
+    assert (q >= OPENING_MIN_P) is mine, (p, q)
+
+
+@pytest.mark.parametrize("said", [
+    "Can you draft a reply to the council about the bins? And for anything you write for me, "
+    "keep it in plain English with no jargon.",
+    "帮我写个周报。我让你写的东西段落都别超过三行，我在手机上看。"])
+def test_qwen_opening_gate_lets_a_standing_instruction_on(pipeline, said):
+    """A standing instruction beside the opening's request is about no fact of the writer's
+    life, but it is theirs and lasts (``mine.md``'s "always"): the gate lets it on."""
+    p, q = opening_gate(pipeline, said)
+    assert q >= OPENING_MIN_P, (p, q)
 
 
 @pytest.mark.parametrize("tweak, rule, at_bar", [
