@@ -521,6 +521,7 @@ class BothScored(Scored):
 @pytest.mark.parametrize("p_durable, p_skill, p_mine, opening, later", [
     (0.6, 0.5, 0.2, False, True),   # not the writer's: not at the opening; later bars pass
     (0.5, 0.5, 0.99, True, True),   # about the writer, sure: the opening goes on
+    (0.8, 0.5, 0.05, False, True),  # triage fairly sure, but someone else's: not at the opening
     (0.85, 0.5, 0.5, True, True),   # triage sure: past a middling third read
     (0.6, 0.2, 0.2, False, False)])  # below extraction's bar, not the writer's: nowhere
 def test_the_opening_is_decided_by_one_score_fitted_on_its_three_reads(
