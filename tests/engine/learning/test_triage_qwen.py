@@ -11,7 +11,7 @@ import pytest
 
 from engine.bank.store import SkillBank
 from engine.learning import Pipeline
-from engine.learning.pipeline import LASTING_MIN_P, OPENING_MIN_P, opening_p
+from engine.learning.pipeline import LASTING_MIN_P, OPENING_MIN_P
 from engine.learning.triage import DURABLE_MIN_P, Window, user_turns
 from engine.llm.base import GenParams
 from engine.llm.client import LLMClient
@@ -415,13 +415,12 @@ def test_qwen_quote_points_at_the_persona_sentence_and_at_none_for_a_tweak(pipel
 
 
 def opening_gate(pipeline, said: str) -> tuple[float, float]:
-    """Triage's P of the opening ``said`` and the opening's gate (:func:`opening_p`) on it, as
-    :meth:`Pipeline.opening_score` reads them."""
+    """Triage's P of the opening ``said`` and the opening's gate on it
+    (:meth:`Pipeline.opening_score`), as a run reads them."""
     turns = user_turns([{"role": "user", "content": said}])
     p = pipeline.triage_score(turns)[0]
-    best = pipeline.likeliest_sentence(turns[-1].text, p)
-    mine = pipeline.mine_score(best.text if best else said)
-    return p, opening_p(p, best.p if best else p, mine)
+    pipeline.users, pipeline.triaged = turns, {turns[0].index: p}
+    return p, pipeline.opening_score(said)[0]
 
 
 def test_qwen_opening_gate_stops_a_question_triage_let_through_but_not_a_stated_fact(
