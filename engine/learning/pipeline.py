@@ -942,15 +942,7 @@ class Pipeline:
         lasting fact rose from 0.946 to 0.994). Asked only that, it put a standing
         instruction ("From now on, answer me in British English") under "request" (P(me)
         0.03); "always" gives it 0.81."""
-        self.checkpoint()
-        try:
-            probs = self.llm.choice("mine", "who", sentence=clip(scrub(sentence), 400))
-            return probs["me"] + probs["always"]
-        except Cancelled:
-            raise
-        except (SkillDeskError, ValueError, KeyError) as exc:
-            log.info("evolution: mine score unavailable (%s)", exc)
-            return None
+        return self._p_yes("mine", "who", ("me", "always"), sentence=clip(scrub(sentence), 400))
 
     def _answer(self, prompt: str, field: str, **values: Any) -> str:
         """The text field ``field`` of prompt ``prompt``'s structured answer, whitespace
@@ -1013,12 +1005,14 @@ class Pipeline:
                     continue
         return words
 
-    def _p_yes(self, name: str, field: str, **values: Any) -> float | None:
-        """P("yes") of prompt ``name``, whose answer is ``{"<field>": "yes"|"no"}`` (one
-        forward pass); None when unusable."""
+    def _p_yes(self, name: str, field: str, yes: tuple[str, ...] = ("yes",),
+               **values: Any) -> float | None:
+        """P(an answer in ``yes``) of prompt ``name``, whose answer is ``{"<field>": "<value>"}``
+        (by default "yes" or "no"; one forward pass); None when unusable."""
         self.checkpoint()
         try:
-            return self.llm.choice(name, field, **values)["yes"]
+            probs = self.llm.choice(name, field, **values)
+            return sum(probs[v] for v in yes)
         except Cancelled:
             raise
         except (SkillDeskError, ValueError, KeyError) as exc:
