@@ -104,11 +104,12 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     P(about every future piece of that work), read after the user's two turns before it, as
     :meth:`Pipeline._lasting` reads it, and every scored turn ``ps``: triage's P of its
     likeliest sentence read alone (:meth:`Pipeline.likeliest_sentence`), the opening gate's
-    second read (:func:`opening_p`), and every opening ``pw``: P(that sentence is about the
-    writer themselves, :meth:`Pipeline.mine_score`), its third.
+    second read (:func:`opening_p`), and every opening ``reads``: each sentence's triage P
+    alone and P(it is the writer's own, :meth:`Pipeline.mine_score`), the gate's third
+    (:meth:`Pipeline.opening_reads`); its ``ps`` and ``pw`` are the sentence the gate picks.
     ``openings``: only each conversation's opening message is scored."""
     from engine.learning import triage
-    from engine.learning.pipeline import earlier_requests
+    from engine.learning.pipeline import earlier_requests, opening_p
 
     msgs, rows = sc["messages"], []
     first = next((k for k, m in enumerate(msgs) if m["role"] == "user"), -1)
@@ -137,10 +138,15 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
         if lasting and row["p"] is not None and (passed or not row["opening"]):
             # an opening's P is its one read alone, as the gate reuses it; a later turn's is
             # the mean of two reads, so its one sentence is read alone again
-            best = pipe.likeliest_sentence(users[-1].text, row["p"] if row["opening"] else None)
-            row["ps"] = best.p if best else row["p"]
-            if row["opening"]:
-                row["pw"] = pipe.mine_score(best.text if best else users[-1].text)
+            if row["opening"]:  # every sentence's two reads; the gate's pick is ps, pw
+                reads = pipe.opening_reads(users[-1].text, row["p"])
+                row["reads"] = [[s.p, mine] for s, mine in reads] if reads else None
+                if reads:
+                    row["ps"], row["pw"] = max(row["reads"],
+                                               key=lambda r: opening_p(row["p"], *r))
+            else:
+                best = pipe.likeliest_sentence(users[-1].text)
+                row["ps"] = best.p if best else row["p"]
         if lasting and (row["p"] is not None or row.get("pc") is not None) \
                 and not row["opening"]:
             row["pl"] = pipe.lasting_score(users[-1], [t.text for t in users[:-1]][-2:])
@@ -316,11 +322,12 @@ def lasting_table(rows: list[dict[str, Any]]) -> str:
 
 
 def opening_table(rows: list[dict[str, Any]]) -> str:
-    """The openings triage scored (cue words found none) with the gate's three reads: how each
-    separates the durable ones (AUC; extraction's P(a skill) beside them where scored), what
-    the app's gate (:func:`opening_p` at ``OPENING_MIN_P``) lets through of those triage's bar
-    lets on, and a logistic fit of ``OPENING_FIT`` on these rows (Newton's method, a light L2
-    on the weights) with what its bars would let through of those triage's bar lets on."""
+    """The openings triage scored (cue words found none) with the gate's three reads (of the
+    sentence the gate picks, ``ps`` and ``pw``): how each separates the durable ones (AUC;
+    extraction's P(a skill) beside them where scored), what the app's gate (:func:`opening_p`
+    at ``OPENING_MIN_P``) lets through of those triage's bar lets on, and a logistic fit of
+    ``OPENING_FIT`` on these rows (Newton's method, a light L2 on the weights) with what its
+    bars would let through of those triage's bar lets on."""
     import math
 
     import numpy as np
@@ -340,8 +347,9 @@ def opening_table(rows: list[dict[str, Any]]) -> str:
              "-------------------------------------|-----"]
     for name, f in (("triage P(durable), whole message", lambda r: r["p"]),
                     ("extraction P(a skill) (not a read)", lambda r: r.get("pe")),
-                    ("triage P, likeliest sentence alone", lambda r: r["ps"]),
-                    ("P(about the writer), that sentence", lambda r: r["pw"]),
+                    ("triage P, the gate's sentence alone", lambda r: r["ps"]),
+                    ("P(the writer's own), that sentence", lambda r: r["pw"]),
+                    ("their product", lambda r: r["ps"] * r["pw"]),
                     ("the app's gate (opening_p)", gate)):
         if any(f(r) is None for r in sel):
             continue
@@ -353,22 +361,22 @@ def opening_table(rows: list[dict[str, Any]]) -> str:
     lines.append(f"triage's bar lets on {len(on)} ({sum(r['durable'] for r in on)} durable); "
                  f"the gate at {OPENING_MIN_P} lets through {tp} durable, {fp} others")
     lg = lambda p: math.log(min(max(p, 1e-6), 1 - 1e-6) / (1 - min(max(p, 1e-6), 1 - 1e-6)))  # noqa: E731
-    x = np.array([[lg(r[k]) for k in keys] + [1.0] for r in sel])
     y = np.array([1.0 if r["durable"] else 0.0 for r in sel])
-    w, reg = np.zeros(len(keys) + 1), np.diag([0.01] * len(keys) + [0.0]) * len(sel)
+    x = np.array([[lg(r["p"]), lg(r["ps"] * r["pw"]), 1.0] for r in sel])
+    w, reg = np.zeros(3), np.diag([0.01, 0.01, 0.0]) * len(sel)
     for _ in range(50):
         q = 1 / (1 + np.exp(-x @ w))
         hess = x.T @ (x * (q * (1 - q))[:, None]) + reg
         w -= np.linalg.solve(hess, x.T @ (q - y) + reg @ w)
     fit = 1 / (1 + np.exp(-x @ w))
     lines.append("fit on these rows: OPENING_FIT = (" + ", ".join(f"{v:.2f}" for v in w)
-                 + ")  (x logit P whole, x logit P sentence, x logit P(about the writer), "
+                 + ")  (x logit P whole, x logit (P sentence x P(the writer's own)), "
                  "+ intercept)")
     on_ = np.array([r["p"] >= triage.DURABLE_MIN_P for r in sel])
     lines.append("its bars (durable / others through, of those triage's bar lets on): "
                  + "  ".join(f"{b}: {int(sum((fit >= b) & on_ & (y == 1)))}/"
                              f"{int(sum((fit >= b) & on_ & (y == 0)))}"
-                             for b in (0.15, 0.2, 0.25, 0.3, 0.35)))
+                             for b in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)))
     return "\n".join(lines)
 
 

@@ -72,30 +72,35 @@ EXTRACT_OPTIONS = {"none": " []", "some": ' [{"', "some_": " [{", "some_nl": " [
 # The one-off turns scored 0.14 and 0.22: a thin margin; the held-out halves decide.
 EXTRACT_MIN_P = 0.3
 # The conversation's opening message is decided by one score fitted on three reads: triage's
-# P(durable) of the whole message, triage's P of the message's likeliest sentence read alone
-# (:meth:`Pipeline.likeliest_sentence`: a fact said beside a request, "…what could we do on
-# the saturday night? I've got tinnitus, anywhere loud…", reads 0.48 whole and 0.77 alone),
-# and P(that sentence is the writer's own and lasts, :meth:`Pipeline.mine_score`: a fact
-# about them, or a standing instruction of theirs). The third read is there because triage
-# also takes a fact about someone or something else for the user's constraint (read fresh70:
-# "my colleague is very quiet", "my mum's eyesight", a running cistern — five of its seven
-# one-off junk skills came from openings). A logistic fit on the reads' logits
-# (:func:`opening_p`), fitted on the 161 model-triaged openings of the read splits
+# P(durable) of the whole message and, for each of its sentences, triage's P of it read alone
+# (:meth:`Pipeline.sentence_reads`: a fact said beside a request, "…what could we do on the
+# saturday night? I've got tinnitus, anywhere loud…", reads 0.48 whole and 0.77 alone) times
+# P(it is the writer's own and lasts, :meth:`Pipeline.mine_score`: a fact about them, or a
+# standing instruction of theirs). The third read is there because triage also takes a fact
+# about someone or something else for the user's constraint (read fresh70: "my colleague is
+# very quiet", "my mum's eyesight", a running cistern). The product is read for every
+# sentence and the highest counts: in a story the sentence triage finds likeliest may be
+# someone else's (read fresh71: "老伴嫌我天天在她眼前转悠" 0.63 above the writer's "我手抖得厉害…"
+# 0.60, whose P(the writer's own) was 0.98 to the other's 0.25). A logistic fit on the two
+# logits (:func:`opening_p`), fitted on the 161 model-triaged openings of the read splits
 # fresh53-59 (`skilldesk bench triage --openings --extract --lasting`, 26 holding a lasting
-# rule, all firm facts beside a request; 135 not): AUC 0.999, the third read alone 0.994.
-# The bar weighs a lost rule as three false yeses, read off the fit set (of the 92 triage's
-# bar lets on, 0.2: 26 durable and 3 others through; 0.25: 26 and 2; 0.3: 26 and 1; 0.35:
-# 26 and 1). On the read fresh60-66 (160 openings, 27 durable) it lets 25/27 durable and 3
-# others through, AUC 0.991; on the read fresh68-70 (69, 12 durable) 6/12 and 2, AUC 0.928.
-# The fit before it (whole, sentence and extraction's P(a skill), at 0.25) let 22/27 and 6,
-# 5/12 and 8 (AUC 0.953, 0.844). Extraction's P(a skill) is no read of it: a fit with it let
-# 25/27 and 2, 6/12 and 2 through (AUC 0.985, 0.955), one other fewer, for a forward pass
-# over the long extraction prompt on every opening. mine.md's wording was settled on the fit
-# set, on these two and on sentences of our own (its first wording, yes or no, separated the
-# two at 0.936 and 0.882; asking only who the sentence is about stopped "From now on, answer
-# me in British English" at the opening).
-OPENING_FIT = (0.82, 1.18, 1.69, -2.14)  # × logit: P whole, P sentence, P(about the writer); + c
-OPENING_MIN_P = 0.3
+# rule, all firm facts beside a request; 135 not): AUC 0.998. The bar weighs a lost rule as
+# three false yeses, the lowest such on a 0.05 grid of the fit set (of the 92 triage's bar
+# lets on, 0.3: 26 durable and 2 others through; 0.35: 26 and 2; 0.4: 26 and 1; 0.45: 26
+# and 1; 0.5: 25 and 1). The fit before it (three separate logits, of triage's likeliest
+# sentence only, at 0.3) let through 26/26 and 1 there; on the read fresh60-66 (160
+# openings, 27 durable) 25/27 and 3 others, now 26/27 and 2 (AUC 0.991 → 0.995); on the read
+# fresh68-70 (69, 12 durable) 6/12 and 2, now 7/12 and 3; on the read fresh71 (21, 4) 2/4
+# and 0, now 3/4 and 0. Reading every sentence with the three separate logits let the
+# writer's background through ("im the secretary of our allotment society…", P(the writer's
+# own) 0.96 where triage read 0.33) in four "just this once" openings of fresh65-70: the
+# product needs both. Extraction's P(a skill) is no read of it: it costs a forward pass over
+# the long extraction prompt on every opening for one other fewer (forty-fifth round).
+# mine.md's wording was settled on the fit set, on fresh60-70 and on sentences of our own
+# (its first wording, yes or no, separated the two at 0.936 and 0.882; asking only who the
+# sentence is about stopped "From now on, answer me in British English" at the opening).
+OPENING_FIT = (0.85, 2.26, 0.63)  # × logit: P whole, P sentence × P(the writer's own); + c
+OPENING_MIN_P = 0.4
 # ...unless triage was sure: its P(durable) at or above this overrules extraction's "nothing"
 # (fourth round: extraction answered "nothing" (P 0.05-0.28) to "do not recap", "three
 # sentences at most" after triage's 0.84-0.93). The bar is the lowest on a 0.05 grid that no
@@ -180,8 +185,8 @@ def lexical_search(bank: SkillBank, user: str) -> Search:
 
 
 class Likeliest(NamedTuple):
-    """The sentence of a message that triage, reading each alone, finds likeliest to last
-    (:meth:`Pipeline.likeliest_sentence`)."""
+    """A sentence of a message and triage's read of it alone (:meth:`Pipeline.sentence_reads`;
+    the likeliest to last: :meth:`Pipeline.likeliest_sentence`)."""
 
     text: str
     p: float  # triage's P(durable) of it
@@ -713,15 +718,21 @@ class Pipeline:
         (:func:`opening_p`), and extraction reads the sentence alone (:meth:`extract_values`):
         read whole, Qwen2.5-Coder-1.5B wrote the request's task skill ("Tent selection",
         "旅行建议 | 推荐周边游玩的地方") and not the fact — read fresh62, 0 of its 4 firm facts."""
+        reads = self.sentence_reads(text, whole)
+        return max(reads, key=lambda s: s.p) if reads else None
+
+    def sentence_reads(self, text: str, whole: float | None = None) -> list[Likeliest] | None:
+        """Triage's read of every sentence of ``text`` alone (:class:`Likeliest`), in order;
+        None where ``text`` has no sentence but questions or a read gave no usable answer.
+        ``whole`` as for :meth:`likeliest_sentence`."""
         stmts = statements([text])
         if whole is not None and len(stmts) == 1 and normalize(stmts[0]) == normalize(text):
-            return Likeliest(stmts[0], whole, None)
+            return [Likeliest(stmts[0], whole, None)]
         reads = [self._triage_read([triage.UserTurn(-1, s, triage.signal(s))]) for s in stmts]
         if not reads or any(r is None for r in reads):
             return None
-        p = [sum(r.values()) for r in reads]
-        best = max(range(len(stmts)), key=p.__getitem__)
-        return Likeliest(stmts[best], p[best], max(reads[best], key=reads[best].get))
+        return [Likeliest(s, sum(r.values()), max(r, key=r.get))
+                for s, r in zip(stmts, reads, strict=True)]
 
     def restate(self, c: Candidate, vet: Callable[[], str | None]) -> bool:
         """Make ``c``'s one rule and its description the fact the opening's focused sentence
@@ -917,17 +928,34 @@ class Pipeline:
         return self._p_yes("keep", "keep", user_turns=numbered(w.turns), rule=clip(rule, 200))
 
     def opening_score(self, text: str) -> tuple[float | None, Likeliest | None]:
-        """P(the opening message ``text`` holds something lasting about the user) from three
-        reads (:func:`opening_p`): triage's P of the whole message (scored before), triage's
-        P of its likeliest sentence read alone (:meth:`likeliest_sentence`) and P(that
-        sentence is about the writer themselves, :meth:`mine_score`); and that sentence. The
-        P is None when a read gave no usable answer."""
+        """P(the opening message ``text`` holds something lasting about the user) and the
+        sentence that says it: of :meth:`opening_reads`, the sentence the gate
+        (:func:`opening_p`) scores highest. The P is None when a read gave no usable answer."""
         whole = self.triaged[self.opening]
-        best = self.likeliest_sentence(text, whole)
-        mine = self.mine_score(best.text if best is not None else text)
-        if mine is None:
-            return None, best
-        return opening_p(whole, best.p if best is not None else whole, mine), best
+        reads = self.opening_reads(text, whole)
+        if reads is None:
+            return None, None
+        return max(((opening_p(whole, s.p, mine), s) for s, mine in reads),
+                   key=lambda x: x[0])
+
+    def opening_reads(self, text: str, whole: float) -> list[tuple[Likeliest, float]] | None:
+        """The opening gate's reads of each sentence of ``text`` (``whole``: triage's P of
+        all of it, scored before): triage's P of it alone (:meth:`sentence_reads`) and P(it
+        is the writer's own and lasts, :meth:`mine_score`).
+        A message of questions only (or whose sentences triage could not read) is read whole,
+        as one sentence with triage's P of the whole. None when a read gave no usable answer.
+
+        Every sentence is read, not only the one triage finds likeliest: in a long story a
+        sentence about someone else may read likelier to last than the writer's own fact
+        (read fresh71: "老伴嫌我天天在她眼前转悠" above "我手抖得厉害…")."""
+        sents = self.sentence_reads(text, whole) or [Likeliest(text, whole, None)]
+        out = []
+        for s in sents:
+            mine = self.mine_score(s.text)
+            if mine is None:
+                return None
+            out.append((s, mine))
+        return out
 
     def mine_score(self, sentence: str) -> float | None:
         """P(``sentence`` is the writer's own and lasts): the model's P of "me" (a lasting
@@ -1252,12 +1280,11 @@ MAX_OPTIONS = 9  # the quote prompt's schema numbers sentences 1-9
 
 def opening_p(p_durable: float, p_sentence: float, p_mine: float) -> float:
     """P(the conversation's opening message holds something lasting about the user) from
-    triage's P(durable) of the whole message, triage's P of the message's likeliest sentence
-    read alone (:meth:`Pipeline.likeliest_sentence`) and P(that sentence is about the writer
-    themselves, :meth:`Pipeline.mine_score`): the logistic fit :data:`OPENING_FIT`."""
-    a, b, c, d = OPENING_FIT
-    return 1.0 / (1.0 + math.exp(-(a * logit(p_durable) + b * logit(p_sentence)
-                                   + c * logit(p_mine) + d)))
+    triage's P(durable) of the whole message and, of one of its sentences, triage's P of it
+    read alone (:meth:`Pipeline.sentence_reads`) times P(it is the writer's own,
+    :meth:`Pipeline.mine_score`): the logistic fit :data:`OPENING_FIT`."""
+    a, b, c = OPENING_FIT
+    return 1.0 / (1.0 + math.exp(-(a * logit(p_durable) + b * logit(p_sentence * p_mine) + c)))
 
 
 def options(sentences: list[str]) -> list[str]:

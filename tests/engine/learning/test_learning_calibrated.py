@@ -279,9 +279,9 @@ def test_bench_triage_separates_openings_from_later_turns():
 
 def test_bench_triage_fits_the_opening_gate_on_its_three_reads():
     """``--openings --extract --lasting``: the opening gate's three reads get an AUC each, and
-    the logistic fit of OPENING_FIT weighs the read that separates (here P(about the writer))
-    and not the two that do not; extraction's P(a skill), no read of the gate, gets a line
-    only where it was scored."""
+    the logistic fit of OPENING_FIT weighs the read that separates (here the sentence's P
+    times P(the writer's own)) and not the one that does not (the whole message's P);
+    extraction's P(a skill), no read of the gate, gets a line only where it was scored."""
     import random
 
     from bench.triage import opening_table
@@ -293,12 +293,12 @@ def test_bench_triage_fits_the_opening_gate_on_its_three_reads():
     out = opening_table(rows + [{"opening": False, "durable": True, "p": 0.9}])
     assert "openings with the gate's three reads: 80 (20 durable, 60 not)" in out
     pw_auc = float(next(ln for ln in out.splitlines() if ln.startswith(
-        "P(about the writer)")).rsplit("|", 1)[1])
+        "P(the writer's own)")).rsplit("|", 1)[1])
     assert pw_auc > 0.95
     assert "extraction" not in out
     fit = out.split("OPENING_FIT = (", 1)[1].split(")", 1)[0]
-    w_p, w_ps, w_pw, _ = (float(v) for v in fit.split(", "))
-    assert w_pw > 2 * max(abs(w_p), abs(w_ps)), fit
+    w_p, w_joint, _ = (float(v) for v in fit.split(", "))
+    assert w_joint > abs(w_p), fit
     assert "extraction P(a skill)" in opening_table([{**r, "pe": 0.5} for r in rows])
     assert opening_table([{"opening": True, "durable": True, "p": 0.5, "ps": 0.5,
                            "pw": None}]) == "openings with the gate's three reads: none"
@@ -737,6 +737,42 @@ def test_the_opening_gate_reads_the_likeliest_sentence_alone(tmp_path, p_fact, w
     actions = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)],
                                                                                 "turn")
     assert any(a.kind == "add" for a in actions) is written, [(a.kind, a.reason) for a in actions]
+
+
+class OtherLikelier(FactBeside):
+    """FactBeside whose opening also holds a sentence about someone else (one that holds
+    ``other``): triage, reading it alone, finds it likelier to last (0.95) than the writer's
+    own fact, and it is not the writer's own (P 0.02)."""
+
+    def __init__(self, rules, fact, other, **kw):
+        super().__init__(rules, fact, **kw)
+        self.other = other
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        said = messages[-1]["content"]
+        if self.other in said and self.fact not in said:
+            if prefix.startswith('{"kind"'):
+                return {o: math.log(0.05 if o == "none" else 0.95 / (len(options) - 1))
+                        for o in options}
+            if prefix.startswith('{"who"'):
+                return {"me": math.log(0.02), "always": -30.0, "other": math.log(0.98),
+                        "request": -30.0}
+        return super().choice_logprobs(messages, prefix, options, cancel)
+
+
+def test_the_opening_gate_reads_the_writers_own_sentence_not_the_likeliest(tmp_path):
+    """In a story, a sentence about someone else reads likelier to last (0.95) than the
+    writer's own fact (0.7): the gate weighs every sentence (its P times P(the writer's own),
+    :func:`opening_p`), goes on with the writer's, and extraction reads that one alone."""
+    fact = "I can't eat anything spicy since my operation."
+    said = (f"My brother-in-law is badly allergic to shellfish and he's staying all week. {fact}"
+            " What should I cook?")
+    llm = OtherLikelier(["Cook nothing spicy"], "spicy", "shellfish", p_fact=0.7, p_whole=0.6,
+                        kind="constraint", name="Cooking")
+    actions = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm)).run([U(said)],
+                                                                                "turn")
+    assert [a.kind for a in actions] == ["add"], [(a.kind, a.reason) for a in actions]
+    assert re.split("User messages:|用户消息：", llm.prompts[-1])[1].strip() == f"1. {fact}"
 
 
 def test_an_opening_whose_other_words_say_nothing_is_read_whole(tmp_path):

@@ -425,8 +425,8 @@ def opening_gate(pipeline, said: str) -> tuple[float, float]:
 
 def test_qwen_opening_gate_stops_a_question_triage_let_through_but_not_a_stated_fact(
         pipeline):
-    """The opening message's gate (:func:`opening_p`, fitted on triage's P of the whole, of the
-    likeliest sentence alone, and P(that sentence is about the writer)): a question about the
+    """The opening message's gate (:func:`opening_p`, fitted on triage's P of the whole and,
+    of a sentence, its P alone times P(it is the writer's own)): a question about the
     user's plant, which triage's bar lets through (P 0.54 when written), goes no further; a
     firm fact beside a request goes on."""
     basil = "My basil smells of aniseed now and the leaves are going black at the edges. " \
@@ -453,6 +453,25 @@ def test_qwen_opening_gate_tells_the_writers_fact_from_someone_elses(pipeline, s
     constraint; read fresh70: "my colleague is very quiet" became "The user is quiet")."""
     p, q = opening_gate(pipeline, said)
     assert (q >= OPENING_MIN_P) is mine, (p, q)
+
+
+@pytest.mark.parametrize("said, own", [
+    ("My sister's coming to stay next week and she's badly allergic to nuts, even a trace sets "
+     "her off. I've been lactose intolerant since I was a teenager, one milky coffee and I'm "
+     "wrecked for the day. Can you plan the meals for her visit?", "lactose"),
+    ("Our new lodger is strictly vegan and very particular about it. I get migraines from red "
+     "wine, had one last Christmas that floored me for two days. Ideas for a welcome dinner?",
+     "migraines"),
+    ("下周末我表哥一家来住，他家小孩对鸡蛋严重过敏，一点都不能碰。我自己胃不好，吃不了生冷的，"
+     "去年夏天吃了块冰西瓜疼了一宿。帮我安排下这几天的菜。", "胃不好")])
+def test_qwen_opening_gate_goes_on_with_the_writers_own_fact_in_a_story(pipeline, said, own):
+    """A story with someone else's firm fact first (which triage, reading each sentence
+    alone, finds likelier to last when written: 0.90-0.97) and the writer's own after it:
+    the gate weighs every sentence (:meth:`Pipeline.opening_reads`), goes on, and the
+    sentence it goes on with is the writer's."""
+    p, _ = opening_gate(pipeline, said)
+    q, best = pipeline.opening_score(said)
+    assert q >= OPENING_MIN_P and own in best.text, (p, q, best)
 
 
 @pytest.mark.parametrize("said", [
