@@ -325,9 +325,10 @@ def opening_table(rows: list[dict[str, Any]]) -> str:
     """The openings triage scored (cue words found none) with the gate's three reads (of the
     sentence the gate picks, ``ps`` and ``pw``): how each separates the durable ones (AUC;
     extraction's P(a skill) beside them where scored), what the app's gate (:func:`opening_p`
-    at ``OPENING_MIN_P``) lets through of those triage's bar lets on, and a logistic fit of
+    at ``OPENING_MIN_P``) lets through of those triage's bar lets on and of all of them (what
+    triage's bar costs a long story that reads low whole), and a logistic fit of
     ``OPENING_FIT`` on these rows (Newton's method, a light L2 on the weights) with what its
-    bars would let through of those triage's bar lets on."""
+    bars would let through of those triage's bar lets on and of all."""
     import math
 
     import numpy as np
@@ -360,6 +361,10 @@ def opening_table(rows: list[dict[str, Any]]) -> str:
     fp = sum(gate(r) >= OPENING_MIN_P for r in on if not r["durable"])
     lines.append(f"triage's bar lets on {len(on)} ({sum(r['durable'] for r in on)} durable); "
                  f"the gate at {OPENING_MIN_P} lets through {tp} durable, {fp} others")
+    tp = sum(gate(r) >= OPENING_MIN_P for r in pos)
+    fp = sum(gate(r) >= OPENING_MIN_P for r in neg)
+    lines.append(f"without triage's bar, the gate at {OPENING_MIN_P} lets through {tp} durable, "
+                 f"{fp} others")
     lg = lambda p: math.log(min(max(p, 1e-6), 1 - 1e-6) / (1 - min(max(p, 1e-6), 1 - 1e-6)))  # noqa: E731
     y = np.array([1.0 if r["durable"] else 0.0 for r in sel])
     x = np.array([[lg(r["p"]), lg(r["ps"] * r["pw"]), 1.0] for r in sel])
@@ -376,6 +381,10 @@ def opening_table(rows: list[dict[str, Any]]) -> str:
     lines.append("its bars (durable / others through, of those triage's bar lets on): "
                  + "  ".join(f"{b}: {int(sum((fit >= b) & on_ & (y == 1)))}/"
                              f"{int(sum((fit >= b) & on_ & (y == 0)))}"
+                             for b in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)))
+    lines.append("its bars without triage's bar (durable / others through): "
+                 + "  ".join(f"{b}: {int(sum((fit >= b) & (y == 1)))}/"
+                             f"{int(sum((fit >= b) & (y == 0)))}"
                              for b in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)))
     return "\n".join(lines)
 

@@ -302,6 +302,12 @@ def test_bench_triage_fits_the_opening_gate_on_its_three_reads():
     assert "extraction P(a skill)" in opening_table([{**r, "pe": 0.5} for r in rows])
     assert opening_table([{"opening": True, "durable": True, "p": 0.5, "ps": 0.5,
                            "pw": None}]) == "openings with the gate's three reads: none"
+    # a story triage reads low whole (0.2) but whose writer's sentence is sure: the gate lets
+    # it through only where triage's bar does not stop it first
+    two = opening_table([{"opening": True, "durable": True, "p": 0.2, "ps": 0.95, "pw": 0.95},
+                         {"opening": True, "durable": False, "p": 0.6, "ps": 0.1, "pw": 0.1}])
+    assert "lets on 1 (0 durable); the gate at 0.4 lets through 0 durable, 0 others" in two
+    assert "without triage's bar, the gate at 0.4 lets through 1 durable, 0 others" in two
 
 
 def test_bench_triage_lasting_compares_the_gates_on_later_turns():
