@@ -109,7 +109,7 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     (:meth:`Pipeline.opening_reads`); its ``ps`` and ``pw`` are the sentence the gate picks.
     ``openings``: only each conversation's opening message is scored."""
     from engine.learning import triage
-    from engine.learning.pipeline import earlier_requests, opening_p
+    from engine.learning.pipeline import earlier_requests, opening_pick
 
     msgs, rows = sc["messages"], []
     first = next((k for k, m in enumerate(msgs) if m["role"] == "user"), -1)
@@ -142,8 +142,8 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                 reads = pipe.opening_reads(users[-1].text, row["p"])
                 row["reads"] = [[s.p, mine] for s, mine in reads] if reads else None
                 if reads:
-                    row["ps"], row["pw"] = max(row["reads"],
-                                               key=lambda r: opening_p(row["p"], *r))
+                    _, best, row["pw"] = opening_pick(row["p"], reads)
+                    row["ps"] = best.p
             else:
                 best = pipe.likeliest_sentence(users[-1].text)
                 row["ps"] = best.p if best else row["p"]
@@ -357,14 +357,15 @@ def opening_table(rows: list[dict[str, Any]]) -> str:
         a = auc([f(r) for r in pos], [f(r) for r in neg])
         lines.append(f"{name:<37}| {'n/a' if a is None else f'{a:.3f}'}")
     on = [r for r in sel if r["p"] >= triage.DURABLE_MIN_P]
-    tp = sum(gate(r) >= OPENING_MIN_P for r in on if r["durable"])
-    fp = sum(gate(r) >= OPENING_MIN_P for r in on if not r["durable"])
+
+    def through(among: list[dict[str, Any]]) -> str:
+        return (f"the gate at {OPENING_MIN_P} lets through "
+                f"{sum(gate(r) >= OPENING_MIN_P for r in among if r['durable'])} durable, "
+                f"{sum(gate(r) >= OPENING_MIN_P for r in among if not r['durable'])} others")
+
     lines.append(f"triage's bar lets on {len(on)} ({sum(r['durable'] for r in on)} durable); "
-                 f"the gate at {OPENING_MIN_P} lets through {tp} durable, {fp} others")
-    tp = sum(gate(r) >= OPENING_MIN_P for r in pos)
-    fp = sum(gate(r) >= OPENING_MIN_P for r in neg)
-    lines.append(f"without triage's bar, the gate at {OPENING_MIN_P} lets through {tp} durable, "
-                 f"{fp} others")
+                 + through(on))
+    lines.append("without triage's bar, " + through(sel))
     lg = lambda p: math.log(min(max(p, 1e-6), 1 - 1e-6) / (1 - min(max(p, 1e-6), 1 - 1e-6)))  # noqa: E731
     y = np.array([1.0 if r["durable"] else 0.0 for r in sel])
     x = np.array([[lg(r["p"]), lg(r["ps"] * r["pw"]), 1.0] for r in sel])
@@ -377,15 +378,15 @@ def opening_table(rows: list[dict[str, Any]]) -> str:
     lines.append("fit on these rows: OPENING_FIT = (" + ", ".join(f"{v:.2f}" for v in w)
                  + ")  (x logit P whole, x logit (P sentence x P(the writer's own)), "
                  "+ intercept)")
-    on_ = np.array([r["p"] >= triage.DURABLE_MIN_P for r in sel])
+    def bars(keep: Any) -> str:
+        return "  ".join(f"{b}: {int(sum((fit >= b) & keep & (y == 1)))}/"
+                         f"{int(sum((fit >= b) & keep & (y == 0)))}"
+                         for b in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5))
+
     lines.append("its bars (durable / others through, of those triage's bar lets on): "
-                 + "  ".join(f"{b}: {int(sum((fit >= b) & on_ & (y == 1)))}/"
-                             f"{int(sum((fit >= b) & on_ & (y == 0)))}"
-                             for b in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)))
+                 + bars(np.array([r["p"] >= triage.DURABLE_MIN_P for r in sel])))
     lines.append("its bars without triage's bar (durable / others through): "
-                 + "  ".join(f"{b}: {int(sum((fit >= b) & (y == 1)))}/"
-                             f"{int(sum((fit >= b) & (y == 0)))}"
-                             for b in (0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)))
+                 + bars(np.ones(len(sel), dtype=bool)))
     return "\n".join(lines)
 
 

@@ -941,8 +941,8 @@ class Pipeline:
         reads = self.opening_reads(text, whole)
         if reads is None:
             return None, None
-        return max(((opening_p(whole, s.p, mine), s) for s, mine in reads),
-                   key=lambda x: x[0])
+        q, best, _ = opening_pick(whole, reads)
+        return q, best
 
     def opening_reads(self, text: str, whole: float) -> list[tuple[Likeliest, float]] | None:
         """The opening gate's reads of each sentence of ``text`` (``whole``: triage's P of
@@ -1291,6 +1291,15 @@ def opening_p(p_durable: float, p_sentence: float, p_mine: float) -> float:
     :meth:`Pipeline.mine_score`): the logistic fit :data:`OPENING_FIT`."""
     a, b, c = OPENING_FIT
     return 1.0 / (1.0 + math.exp(-(a * logit(p_durable) + b * logit(p_sentence * p_mine) + c)))
+
+
+def opening_pick(whole: float, reads: list[tuple[Likeliest, float]]
+                 ) -> tuple[float, Likeliest, float]:
+    """Of an opening's reads (:meth:`Pipeline.opening_reads`; ``whole``: triage's P of the
+    whole message), the one the gate (:func:`opening_p`) scores highest: (its P, the
+    sentence, P(it is the writer's own))."""
+    return max(((opening_p(whole, s.p, mine), s, mine) for s, mine in reads),
+               key=lambda x: x[0])
 
 
 def options(sentences: list[str]) -> list[str]:
