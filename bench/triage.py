@@ -74,6 +74,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
                    help="score only each conversation's opening message (with --extract "
                         "--lasting: the opening gate's three reads, its AUCs, and a logistic "
                         "fit of OPENING_FIT on them)")
+    p.add_argument("--cued", action="store_true",
+                   help="score only the turns cue words find (with --lasting: the cued table "
+                        "at the cost of those turns alone)")
     p.add_argument("--again", nargs="?", const=str(AGAIN_DATA), metavar="FILE",
                    help="instead of scenarios: how well the asked-again check (again.md) "
                         "tells a request asked again for a new answer from another "
@@ -94,7 +97,8 @@ def durable_turn(sc: dict[str, Any], text: str) -> bool:
 
 def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                 extract: bool = False, rules: bool = False,
-                lasting: bool = False, openings: bool = False) -> list[dict[str, Any]]:
+                lasting: bool = False, openings: bool = False,
+                cued: bool = False) -> list[dict[str, Any]]:
     """One row per user turn: found by cue words (triage's P as ``pc``: the app asks it
     alone there), or the model's probability. ``between()`` runs before each triage call
     (another prompt in the KV cache, as in the app). With ``extract``, every scored turn also
@@ -107,14 +111,16 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     second read (:func:`opening_p`), and every opening ``reads``: each sentence's triage P
     alone and P(it is the writer's own, :meth:`Pipeline.mine_score`), the gate's third
     (:meth:`Pipeline.opening_reads`); its ``ps`` and ``pw`` are the sentence the gate picks.
-    ``openings``: only each conversation's opening message is scored."""
+    ``openings``: only each conversation's opening message is scored; ``cued``: only the
+    turns cue words find (the cued table's rows)."""
     from engine.learning import triage
     from engine.learning.pipeline import earlier_requests, opening_pick
 
     msgs, rows = sc["messages"], []
     first = next((k for k, m in enumerate(msgs) if m["role"] == "user"), -1)
     for k, m in enumerate(msgs):
-        if m["role"] != "user" or (openings and k != first):
+        if m["role"] != "user" or (openings and k != first) or (
+                cued and not triage.windows(msgs[:k + 1], "turn", lambda seg: None)):
             continue
         seen: list[tuple[float | None, float]] = []
 
@@ -508,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
                     r["p"] = pipe.again_score(r["earlier"], r["newest"])
             for sc in scenarios:
                 rows += score_turns(pipe, sc, between, a.extract, a.rules, a.lasting,
-                                    a.openings)
+                                    a.openings, a.cued)
     finally:
         worker.close()
     if a.again:

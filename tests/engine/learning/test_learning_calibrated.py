@@ -355,6 +355,27 @@ def test_bench_triage_tabulates_the_turns_cue_words_find_at_triages_bar():
     assert "| 0/1" in gate[f"lasting >= {LASTING_MIN_P} (later turns), else triage"]  # 0.2
 
 
+def test_bench_triage_cued_scores_only_the_turns_cue_words_find(tmp_path):
+    """``--cued``: the turns cue words find, with triage's P and the lasting check's, and no
+    model call for the others."""
+    from bench.triage import score_turns
+
+    said = "From now on, keep every answer under 100 words."
+    assert gate.windows([U("Plan a week in Crete."), A("Day 1"), U(said)], "turn",
+                        lambda seg: None)  # cue words find it without the model
+    sc = {"id": "c", "expect": [{"evidence": "under 100 words"}],
+          "messages": [U("Plan a week in Crete."), A("Day 1: ..."), U("Thanks, lovely."),
+                       A("Enjoy!"), U(said)]}
+    llm = Scored(0.3, p_again=0.7)
+    pipe = Pipeline(SkillBank(tmp_path / "b"), "default", LLMClient(llm))
+    pipe.checkpoint = lambda: None
+    [row] = score_turns(pipe, sc, lasting=True, cued=True)
+    assert (row["turn"], row["cued"], row["durable"]) == (4, True, True)
+    assert abs(row["pc"] - 0.7) < 1e-6 and abs(row["pl"] - 0.7) < 1e-6
+    assert llm.calls.count("lasting") == 1 and llm.calls.count("triage") == 2
+    assert len(score_turns(pipe, sc, lasting=True)) == 3  # without it, every user turn
+
+
 def test_bench_triage_labels_extracted_rules_and_tabulates_the_keep_bar():
     from bench.triage import rule_label, rules_table
 
