@@ -167,16 +167,16 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
 
 def let_through(row: dict[str, Any]) -> bool:
     """Triage lets the turn through: its P reaches the bar (on a later turn scored with
-    ``--lasting``, the lasting check's P reaches ``LASTING_MIN_P``, as
-    :meth:`Pipeline._lasting` decides; on a turn cue words found, triage's P alone, as
-    :meth:`Pipeline._confirm`)."""
+    ``--lasting``, cue words' or not, the lasting check's P reaches ``LASTING_MIN_P``, as
+    :meth:`Pipeline._lasting` and :meth:`Pipeline._confirm` decide; on an opening cue words
+    found, triage's P alone)."""
     from engine.learning import triage
     from engine.learning.pipeline import LASTING_MIN_P
 
-    if row["p"] is None:
-        return row.get("pc") is None or row["pc"] >= triage.DURABLE_MIN_P
     if row.get("pl") is not None:
         return row["pl"] >= LASTING_MIN_P
+    if row["p"] is None:
+        return row.get("pc") is None or row["pc"] >= triage.DURABLE_MIN_P
     return row["p"] >= triage.DURABLE_MIN_P
 
 
@@ -398,7 +398,8 @@ def opening_table(rows: list[dict[str, Any]]) -> str:
 
 def cued_table(rows: list[dict[str, Any]]) -> str:
     """The turns cue words found, with what triage (and, on later turns, the lasting check)
-    says of them: the app lets them on at triage's bar, without the second looks."""
+    says of them: the app lets a later one on by the lasting check, an opening at triage's
+    bar (then the opening's gate); before the forty-eighth round every one at triage's bar."""
     from engine.learning import triage
     from engine.learning.pipeline import LASTING_MIN_P
 
@@ -409,17 +410,17 @@ def cued_table(rows: list[dict[str, Any]]) -> str:
     lines = [f"turns cue words found: {len(sel)} ({len(pos)} durable, {len(neg)} not, "
              f"{sum(r['oneoff'] for r in sel)} in one-off scenarios); triage P AUC "
              f"{'n/a' if a is None else f'{a:.2f}'}",
-             "gate on cued turns                     | durable let through | others let through",
-             "---------------------------------------|---------------------|-------------------"]
+             "gate on cued turns                           | durable let through | others let through",
+             "---------------------------------------------|---------------------|-------------------"]
     for name, ok in (
             ("cue words alone", lambda r: True),
-            (f"triage >= {triage.DURABLE_MIN_P} (app)",
+            (f"triage >= {triage.DURABLE_MIN_P}",
              lambda r: r["pc"] >= triage.DURABLE_MIN_P),
-            (f"lasting >= {LASTING_MIN_P} (later turns), else triage",
+            (f"lasting >= {LASTING_MIN_P} (later turns), else triage (app)",
              lambda r: r["pl"] >= LASTING_MIN_P if r.get("pl") is not None
              else r["pc"] >= triage.DURABLE_MIN_P)):
         tp, fp = sum(map(ok, pos)), sum(map(ok, neg))
-        lines.append(f"{name:<39}| {tp}/{len(pos)}{'':<14}| {fp}/{len(neg)}")
+        lines.append(f"{name:<45}| {tp}/{len(pos)}{'':<14}| {fp}/{len(neg)}")
     for r in sel:
         lines.append(f"  {'durable' if r['durable'] else 'other  '} {r['id']} turn {r['turn']}: "
                      f"triage {r['pc']:.2f}" + (f", lasting {r['pl']:.2f}"

@@ -445,17 +445,22 @@ class Pipeline:
         return kind if p >= triage.DURABLE_MIN_P else None
 
     def _confirm(self, turns: list[triage.UserTurn]) -> bool:
-        """A chat turn cue words found goes on where triage's P(durable) reaches its bar
-        (``triage.DURABLE_MIN_P``, the opening's), with no second look: on the read fresh37-46
-        (`bench triage --lasting`) that kept the 8 of 19 cued turns that held a lasting rule
-        (triage 0.52-0.76) and stopped 3 of the 11 that did not (0.23-0.36); the lasting check
-        (its earlier wording) at even odds would have stopped 4 of the 8 (three "do not"
-        rules, a two-task chat's second rule: P(wanted again) 0.24-0.43). An unusable answer
-        leaves the cue's word standing. An opening is then still decided by the opening's
-        fitted score, at extraction (:meth:`at_opening`)."""
-        p, _ = self._scored(turns)
+        """A chat turn cue words found goes on as the model would let it on without them: a
+        later turn by the lasting check (:meth:`_lasting`), the opening where triage's
+        P(durable) reaches its bar (``triage.DURABLE_MIN_P``) and then by the opening's fitted
+        score, at extraction (:meth:`at_opening`). On the later turns cue words found in the
+        read fresh53-73 (`bench triage --lasting --cued`; 49 turns, 35 durable), triage's bar
+        let 34 durable and all 14 others on (more about the case: "jumps are always at the
+        same bit"; tweaks: "way too soppy for Steve…"), the lasting check 33 and 3 (fresh53-59:
+        10 & 7 -> 9 & 1; fresh67-73: 13 & 5 -> 13 & 0; fresh60-66, where its bar was fitted:
+        11 & 2 both); on the blind fresh74 content recall rose 0.61 -> 0.72, junk unchanged.
+        Measured with its earlier wording (fresh37-46), the lasting check had stopped 4 of 8
+        durable ones. An unusable answer leaves the cue's word standing."""
+        p, kind = self._scored(turns)
         if p is None:
             return True
+        if self.llm.scores_tokens and turns[-1].index != self.opening:
+            return self._lasting(turns[-1], p, kind) is not None
         if p < triage.DURABLE_MIN_P:
             log.info("evolution: cue words, but triage P %.2f: %s", p, clip(turns[-1].text, 80))
             return False

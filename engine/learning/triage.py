@@ -233,8 +233,8 @@ def windows(messages: list[dict], mode: str = "turn", decide: Decide | None = No
     """The windows that pass triage (empty: nothing durable here, no extraction needed).
 
     ``confirm(seg)``, where the model can triage, is asked of a chat turn cue words found: they
-    take a later turn past the lasting check, not past the model itself (an opening is still
-    decided by the opening's score, :meth:`Pipeline.at_opening`). Cue words are ambiguous ("以后" is "after" as often as
+    take a turn to the model, not past it (a later turn is decided by the lasting check, an
+    opening by the opening's score, :meth:`Pipeline._confirm`). Cue words are ambiguous ("以后" is "after" as often as
     "from now on", "一直" and "always" describe a problem that keeps happening): fast-tracked
     alone, 11 of the 19 turns they caught on read fresh37-46 held nothing lasting, 10 of them
     in one-off conversations (`bench triage --lasting`, the cued table)."""

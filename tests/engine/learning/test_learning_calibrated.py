@@ -338,21 +338,23 @@ def test_bench_triage_lasting_compares_the_gates_on_later_turns():
     assert gate["triage P, likeliest sentence"].endswith("| 1.00")
 
 
-def test_bench_triage_tabulates_the_turns_cue_words_find_at_triages_bar():
-    """A turn cue words found goes on at triage's bar (the app's gate there), whatever the
-    lasting check says; the cued table counts what each gate lets through."""
+def test_bench_triage_tabulates_the_turns_cue_words_find_at_the_apps_gate():
+    """A later turn cue words found goes on by the lasting check, whatever triage says; an
+    opening they found at triage's bar. The cued table counts what each gate lets through."""
     from bench.triage import cued_table, let_through
     from engine.learning.pipeline import LASTING_MIN_P
 
     row = lambda i, durable, pc, pl=None: {  # noqa: E731
         "id": i, "turn": 2, "opening": pl is None, "durable": durable, "oneoff": not durable,
         "cued": True, "p": None, "pc": pc, "pl": pl}
-    rows = [row("dont", True, 0.62, 0.2), row("after", False, 0.23), row("always", False, 0.6)]
-    assert [let_through(r) for r in rows] == [True, False, True]
+    rows = [row("dont", True, 0.62, 0.3), row("after", False, 0.23),
+            row("always", False, 0.6), row("tweak", False, 0.65, 0.2)]
+    assert [let_through(r) for r in rows] == [True, False, True, False]
     gate = {ln.split("|")[0].strip(): ln for ln in cued_table(rows).splitlines() if "|" in ln}
-    assert gate["cue words alone"].endswith("| 2/2")
-    assert gate["triage >= 0.42 (app)"].endswith("| 1/2")
-    assert "| 0/1" in gate[f"lasting >= {LASTING_MIN_P} (later turns), else triage"]  # 0.2
+    assert gate["cue words alone"].endswith("| 3/3")
+    assert gate["triage >= 0.42"].endswith("| 2/3")
+    app = gate[f"lasting >= {LASTING_MIN_P} (later turns), else triage (app)"]
+    assert "| 1/1" in app and app.endswith("| 1/3")  # the tweak (0.2) stops
 
 
 def test_bench_triage_cued_scores_only_the_turns_cue_words_find(tmp_path):
@@ -997,17 +999,19 @@ CUED = [U("Book a table for six on Friday."), A("Done: Luigi's, 7 pm."),
         U("Never pick places with loud music, I can't hear a word in them.")]
 
 
-@pytest.mark.parametrize("p_triage, learned", [(0.6, True), (0.3, False)])
-def test_cue_words_take_a_turn_past_the_second_looks_not_past_triage(
-        tmp_path, p_triage, learned):
-    """A "never" finds the turn: triage is still asked (cue words are ambiguous: "以后" is
-    also "after", "always" also a problem that keeps happening); at its bar the turn goes on
-    without the lasting check, which said no to "do not" rules the user meant to last."""
-    llm = QuoteScored(["Avoid places with loud music"], "", 0.0, p_triage, p_again=0.1,
+@pytest.mark.parametrize("p_triage, p_again, learned", [
+    (0.3, 0.9, True),    # about every such booking: on, though triage reads it low
+    (0.9, 0.1, False)])  # about this case only ("way too soppy for Steve…"): stopped
+def test_cue_words_take_a_later_turn_to_the_lasting_check(tmp_path, p_triage, p_again,
+                                                          learned):
+    """A "never" finds a later turn: the model is still asked (cue words are ambiguous:
+    "以后" is also "after", "always" also a problem that keeps happening), and the lasting
+    check decides, as for a turn cue words did not find, whatever triage's P."""
+    llm = QuoteScored(["Avoid places with loud music"], "", 0.0, p_triage, p_again=p_again,
                       name="Quiet places")
     actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(CUED, "turn")
     assert ("extract" in llm.calls) == learned, (llm.calls, [a.reason for a in actions])
-    assert "lasting" not in llm.calls
+    assert llm.calls.count("lasting") == 1
     # remembered, the user's word stands: no triage is asked at all
     llm = QuoteScored(["Avoid places with loud music"], "", 0.0, 0.1, name="Quiet places")
     seen = []

@@ -698,8 +698,8 @@ def test_a_judges_discard_holds_only_where_the_skill_it_points_at_says_the_rule(
 
 
 class RuleSaid(FixedExtract):
-    """FixedExtract whose triage reads a rule (cue words take a turn past the second looks,
-    not past triage: Pipeline._confirm)."""
+    """FixedExtract whose triage reads a rule (cue words take a turn to the model, never
+    past it: Pipeline._confirm)."""
 
     def _triage(self, prompt: str) -> dict:
         return {"kind": "rule"}
