@@ -980,7 +980,11 @@ class Pipeline:
         about, 0.00 and 0.96 (on the read fresh53-59 the AUC for the openings that hold a
         lasting fact rose from 0.946 to 0.994). Asked only that, it put a standing
         instruction ("From now on, answer me in British English") under "request" (P(me)
-        0.03); "always" gives it 0.81."""
+        0.03); "always" gives it 0.81. A fifth answer, "usual" (the writer's usual way, told
+        before "just this once"), was measured in the forty-eighth round: the blind fresh75
+        passed 11 -> 13/24 (one-off junk 3/8 -> 2/8), but the Chinese standing instruction of
+        the Qwen tests ("我让你写的东西段落都别超过三行…") fell to "request"/"usual" (gate 0.03);
+        not kept."""
         return self._p_yes("mine", "who", ("me", "always"), sentence=clip(scrub(sentence), 400))
 
     def _answer(self, prompt: str, field: str, **values: Any) -> str:
