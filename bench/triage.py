@@ -416,9 +416,7 @@ def cued_table(rows: list[dict[str, Any]]) -> str:
             ("cue words alone", lambda r: True),
             (f"triage >= {triage.DURABLE_MIN_P}",
              lambda r: r["pc"] >= triage.DURABLE_MIN_P),
-            (f"lasting >= {LASTING_MIN_P} (later turns), else triage (app)",
-             lambda r: r["pl"] >= LASTING_MIN_P if r.get("pl") is not None
-             else r["pc"] >= triage.DURABLE_MIN_P)):
+            (f"lasting >= {LASTING_MIN_P} (later turns), else triage (app)", let_through)):
         tp, fp = sum(map(ok, pos)), sum(map(ok, neg))
         lines.append(f"{name:<45}| {tp}/{len(pos)}{'':<14}| {fp}/{len(neg)}")
     for r in sel:
