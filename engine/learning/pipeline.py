@@ -99,6 +99,16 @@ EXTRACT_MIN_P = 0.3
 # mine.md's wording was settled on the fit set, on fresh60-70 and on sentences of our own
 # (its first wording, yes or no, separated the two at 0.936 and 0.882; asking only who the
 # sentence is about stopped "From now on, answer me in British English" at the opening).
+# Forty-ninth round: "usual", the way the writer usually does something themselves, told
+# before asking for it differently this time ("…the minutes normally go up as a few bullet
+# points. just this once I want a proper write-up"), which "me" had taken (0.78-0.82 on read
+# fresh69-73; such openings wrote junk skills), with a Chinese standing instruction among the
+# examples (without it "usual" took "我让你写的东西段落都别超过三行…" from "always"). Fit set
+# fresh53-59, of those triage's bar lets on, 26 durable & 1 other through -> 25 & 1 (a "no
+# licence, don't suggest car hire" fact lost, 0.74 -> 0.33: "usual" 0.18; a refit (0.85,
+# 2.09, 0.82) is this one); read fresh67-73 18 & 6 -> 19 & 5 (AUC of the product 0.951 ->
+# 0.974). Telling the model that what the writer cannot do or has not is "me" kept that fact
+# and raised "me" for things and other people too: read fresh67-73 21 & 12.
 OPENING_FIT = (0.85, 2.26, 0.63)  # × logit: P whole, P sentence × P(the writer's own); + c
 OPENING_MIN_P = 0.4
 # ...unless triage was sure: its P(durable) at or above this overrules extraction's "nothing"
@@ -971,8 +981,9 @@ class Pipeline:
     def mine_score(self, sentence: str) -> float | None:
         """P(``sentence`` is the writer's own and lasts): the model's P of "me" (a lasting
         fact about the writer) plus "always" (a standing instruction of theirs) after
-        ``{"who": "`` of ``mine.md``; the others are "other" (someone or something else) and
-        "request" (this one request, a question, thanks). One forward pass; None when the
+        ``{"who": "`` of ``mine.md``; the others are "other" (someone or something else),
+        "usual" (how the writer usually does it, told before "just this once") and "request"
+        (this one request, a question, thanks). One forward pass; None when the
         model gave no usable answer.
 
         Asked as yes or no, Qwen2.5-Coder-1.5B answered 0.5-0.95 for nearly every opening (a
@@ -980,11 +991,12 @@ class Pipeline:
         about, 0.00 and 0.96 (on the read fresh53-59 the AUC for the openings that hold a
         lasting fact rose from 0.946 to 0.994). Asked only that, it put a standing
         instruction ("From now on, answer me in British English") under "request" (P(me)
-        0.03); "always" gives it 0.81. A fifth answer, "usual" (the writer's usual way, told
-        before "just this once"), was measured in the forty-eighth round: the blind fresh75
-        passed 11 -> 13/24 (one-off junk 3/8 -> 2/8), but the Chinese standing instruction of
-        the Qwen tests ("我让你写的东西段落都别超过三行…") fell to "request"/"usual" (gate 0.03);
-        not kept."""
+        0.03); "always" gives it 0.81. "usual" (the writer's usual way of doing something,
+        told before asking for it differently this time) counts for neither: the blind
+        fresh76 and fresh77 (`bench evolution`) one-off junk 1/8 -> 0/8 in both, content
+        precision 0.73 -> 0.79 and 0.72 -> 0.76, recall unchanged. Without a Chinese
+        "always" among its examples it took the standing instruction "我让你写的东西段落都别超过
+        三行…" (gate 0.03; forty-eighth round)."""
         return self._p_yes("mine", "who", ("me", "always"), sentence=clip(scrub(sentence), 400))
 
     def _answer(self, prompt: str, field: str, **values: Any) -> str:

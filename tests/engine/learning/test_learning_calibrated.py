@@ -543,7 +543,7 @@ class BothScored(Scored):
             self.calls.append("mine")
             return {"me": math.log(self.p_mine), "always": -30.0,
                     "other": math.log((1 - self.p_mine) / 2),
-                    "request": math.log((1 - self.p_mine) / 2)}
+                    "request": math.log((1 - self.p_mine) / 2), "usual": -30.0}
         return super().choice_logprobs(messages, prefix, options, cancel)
 
 
@@ -625,7 +625,7 @@ class FactBeside(FixedExtract):
         if prefix.startswith('{"who"'):
             p = self.p_mine if self.fact in said else 0.3
             return {"me": math.log(p), "always": -30.0, "other": math.log(1 - p),
-                    "request": -30.0}
+                    "request": -30.0, "usual": -30.0}
         rest = self.p_skill / (len(options) - 1)  # extraction
         return {o: math.log(1 - self.p_skill if o == " []" else rest) for o in options}
 
@@ -785,7 +785,7 @@ class OtherLikelier(FactBeside):
                         for o in options}
             if prefix.startswith('{"who"'):
                 return {"me": math.log(0.02), "always": -30.0, "other": math.log(0.98),
-                        "request": -30.0}
+                        "request": -30.0, "usual": -30.0}
         return super().choice_logprobs(messages, prefix, options, cancel)
 
 

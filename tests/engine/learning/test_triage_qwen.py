@@ -474,6 +474,21 @@ def test_qwen_opening_gate_goes_on_with_the_writers_own_fact_in_a_story(pipeline
     assert q >= OPENING_MIN_P and own in best.text, (p, q, best)
 
 
+@pytest.mark.parametrize("said, lasting", [
+    ("I normally just send my team a two-line update on a Friday, nothing fancy. Just this "
+     "once I want a proper write-up, we hit our biggest target of the year. Can you draft it?",
+     False),
+    ("我平时在业主群里发消息就一两句话。这次不一样，物业费要涨了，大家意见很大，帮我写个详细点的说明。", False),
+    ("Normally I'd just get a takeaway on my birthday, but this year I'm cooking for six. I'm "
+     "coeliac, so nothing with gluten at all. What could I make?", True)])
+def test_qwen_opening_gate_stops_the_usual_way_set_aside_this_once(pipeline, said, lasting):
+    """How the writer usually does it, told before "just this once" (``mine.md``'s "usual"),
+    is no lasting fact of theirs: the gate stops it (read fresh73: "平时在家长群发通知就几句话
+    的事。这次不一样…" went on and wrote a junk skill), and goes on with a firm fact beside it."""
+    p, q = opening_gate(pipeline, said)
+    assert (q >= OPENING_MIN_P) is lasting, (p, q)
+
+
 @pytest.mark.parametrize("said", [
     "Can you draft a reply to the council about the bins? And for anything you write for me, "
     "keep it in plain English with no jargon.",
