@@ -999,8 +999,8 @@ class Pipeline:
         lasting fact rose from 0.946 to 0.994). Asked only that, it put a standing
         instruction ("From now on, answer me in British English") under "request" (P(me)
         0.03); "always" gives it 0.81. "usual" (the writer's usual way of doing something,
-        told before asking for it differently this time) counts for neither: the blind
-        fresh76 and fresh77 (`bench evolution`) one-off junk 1/8 -> 0/8 in both, content
+        told before asking for it differently this time) counts for neither: on fresh76
+        and the blind fresh77 (`bench evolution`) one-off junk 1/8 -> 0/8 in both, content
         precision 0.73 -> 0.79 and 0.72 -> 0.76, recall unchanged. Without a Chinese
         "always" among its examples it took the standing instruction "我让你写的东西段落都别超过
         三行…" (gate 0.03; forty-eighth round)."""
