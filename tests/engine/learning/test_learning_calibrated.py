@@ -17,7 +17,7 @@ from engine.learning import Pipeline
 from engine.learning import triage as gate
 from engine.learning.candidate import Candidate
 from engine.learning.judge import Neighbour, shares_task
-from engine.learning.pipeline import TRIAGE_SURE_P
+from engine.learning.pipeline import TRIAGE_SURE_P, topic_chain
 from engine.learning.queue import event_reason
 from engine.llm.client import LLMClient
 from engine.llm.worker import ModelWorker
@@ -768,6 +768,16 @@ def test_the_opening_gate_reads_the_likeliest_sentence_alone(tmp_path, p_fact, w
     assert any(a.kind == "add" for a in actions) is written, [(a.kind, a.reason) for a in actions]
 
 
+def test_the_opening_gate_reads_a_chinese_run_on_sentence_by_its_topic_chains():
+    """A Chinese sentence is read clause by clause; a clause that does not name the writer is
+    read after the clause that starts its chain (the subject it drops); English whole."""
+    assert topic_chain("我婆婆糖尿病十来年了，一天打两回胰岛素，这周末来我家住，帮我排三顿饭") == [
+        "我婆婆糖尿病十来年了", "我婆婆糖尿病十来年了，一天打两回胰岛素", "这周末来我家住", "帮我排三顿饭"]
+    assert topic_chain("五一去青岛，我晕船，坐船就吐") == ["五一去青岛", "我晕船", "我晕船，坐船就吐"]
+    assert topic_chain("I've got a bad knee, so no long walks.") == [
+        "I've got a bad knee, so no long walks."]
+
+
 class OtherLikelier(FactBeside):
     """FactBeside whose opening also holds a sentence about someone else (one that holds
     ``other``): triage, reading it alone, finds it likelier to last (0.95) than the writer's
@@ -879,14 +889,22 @@ class QuoteScored(FixedExtract):
     probability ``p_triage``, extraction "a skill", the keep check no, and the quote step
     (quote.md) points at the option whose text holds ``word`` (None: at "no sentence") with
     probability ``p_quote``;
-    a later turn is wanted again (lasting.md) with probability ``p_again``."""
+    a later turn is wanted again (lasting.md) with probability ``p_again``. ``p_always``: the
+    opening gate's "who" read (mine.md) finds a sentence that holds ``word`` a standing
+    instruction of the writer's with this probability, any other a request (None: no such
+    reads)."""
 
-    def __init__(self, rules, word, p_quote, p_triage=0.9, p_again=0.9, **kw):
+    def __init__(self, rules, word, p_quote, p_triage=0.9, p_again=0.9, p_always=None, **kw):
         super().__init__(rules, **kw)
         self.word, self.p_quote, self.p_triage, self.p_again = word, p_quote, p_triage, p_again
+        self.p_always = p_always
         self.options: list[str] = []
 
     def choice_logprobs(self, messages, prefix, options, cancel=None):
+        if prefix.startswith('{"who"') and self.p_always is not None:
+            said = messages[-1]["content"]
+            p = self.p_always if self.word is not None and self.word in said else 0.02
+            return {o: math.log({"always": p, "request": 1 - p}.get(o, 1e-9)) for o in options}
         if prefix.startswith('{"sentence"'):
             self.calls.append("quote")
             shown = messages[-1]["content"].rsplit("Sentences:", 1)[1].strip().splitlines()
@@ -939,16 +957,18 @@ def test_the_cue_word_fallback_never_overrules_the_models_none(tmp_path, word):
     """A one-off request with a "don't" in it (read fresh33, Qwen2.5-Coder-1.5B): the model's
     rule is not grounded and the model, asked which sentence should last, answers none; the
     cue-word fallback then writes nothing (it had made the whole message a skill's rule).
-    Where the model points at the clause, that clause is the rule."""
+    Where the model points at the clause, that clause is the rule. (The opening gate reads
+    the sentence clause by clause, :func:`topic_chain`: each is a request unless it holds
+    ``word``, which is the writer's standing instruction.)"""
     said = [U("帮我跟健身房的私教小周说一声，这次周四晚上的课我请个假，孩子发烧得在家看着，"
               "课往后顺延一节就行，别扣我课时")]
-    llm = QuoteScored(["提供请假信息"], word, 0.8, name="请假")
+    llm = QuoteScored(["提供请假信息"], word, 0.8, name="请假", p_always=0.9)
     actions = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(said, "turn")
     if word is None:
         assert [a.kind for a in actions] == ["discard"], [(a.kind, a.reason) for a in actions]
         return
     assert [a.kind for a in actions] == ["add"], [(a.kind, a.reason) for a in actions]
-    assert "- 别扣我课时\n" in actions[0].skill.instructions
+    assert "- 别扣我课时" in actions[0].skill.instructions.splitlines()
 
 
 def test_the_quote_step_offers_each_chinese_clause_alone(tmp_path):

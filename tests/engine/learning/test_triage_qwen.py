@@ -500,6 +500,24 @@ def test_qwen_opening_gate_lets_a_standing_instruction_on(pipeline, said):
     assert q >= OPENING_MIN_P, (p, q)
 
 
+@pytest.mark.parametrize("said, lasting", [
+    ("五一打算带我闺女去重庆玩四天，她十岁了特别爱吃辣，我恐高恐得厉害，上回在张家界的玻璃栈道上腿软得直接"
+     "蹲下了，所以那种高空的项目都别排，帮我弄个行程", True),
+    ("下个月我们公司组织去杭州团建两天，二十来个人，我是负责订餐的，我乳糖不耐受，一喝牛奶就闹肚子，帮我看看"
+     "附近有什么适合聚餐的馆子", True),
+    ("我大舅今年七十了，三年前做过心脏搭桥，一天要吃好几种药，这周末来我家住两天，帮我想想这两天做点什么吃的",
+     False)])
+def test_qwen_opening_gate_reads_a_chinese_run_on_sentence_clause_by_clause(pipeline, said,
+                                                                            lasting):
+    """A Chinese opening that runs the writer's fact and the request together with "，" (one
+    sentence): read whole, the fact drowned in the request and the story (gate 0.01 and
+    0.12 when written); read clause by clause (:func:`topic_chain`) it goes on. A clause
+    without its subject is read after the one that starts its chain: alone, the uncle's
+    "一天要吃好几种药" read as the writer's own (gate 0.64)."""
+    p, q = opening_gate(pipeline, said)
+    assert (q >= OPENING_MIN_P) is lasting, (p, q)
+
+
 @pytest.mark.parametrize("tweak, rule, at_bar", [
     (("Write a short poem for my grandad's 80th birthday.",
       "Bit sad that, he's a cheerful old boy. Make it jollier and put his allotment in."),
