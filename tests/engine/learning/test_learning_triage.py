@@ -1180,3 +1180,12 @@ def test_the_material_a_request_hands_over_is_no_sentence_to_quote_as_a_rule():
     said = ("Summarize this for me: our team moved the release to Friday because QA found a "
             "crash in the login screen. Please start the summary with a one-line TL;DR.")
     assert statements([said]) == ["Please start the summary with a one-line TL;DR."]
+
+
+def test_a_colon_after_what_a_piece_must_say_opens_its_rule_not_material():
+    """"X都得写上：…" (every X must state: …) is a rule; taken out as handed-over material it
+    left "X都得", and the skill's rule was lost (read fresh77: a guesthouse's check-in
+    confirmations). Material after a request's colon is still taken out."""
+    from engine.learning.rules import statements
+    said = "报价单都得写清楚：上门费另算，材料按实报销。帮我写个报价：王姐家换两个水龙头。"
+    assert statements([said]) == ["报价单都得写清楚：上门费另算，材料按实报销。", "帮我"]
