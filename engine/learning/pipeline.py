@@ -748,11 +748,8 @@ class Pipeline:
         Chinese sentence whole, then clause by clause, :func:`topic_chain`); None where
         ``text`` has no sentence but questions or a read gave no usable answer. ``whole`` as
         for :meth:`likeliest_sentence`."""
-        stmts = [u for s in statements([text]) for u in dict.fromkeys([s, *topic_chain(s)])]
-        if whole is not None and len(stmts) == 1 and normalize(stmts[0]) == normalize(text):
-            return [Likeliest(stmts[0], whole, None)]
         out = []
-        for s in stmts:
+        for s in (u for t in statements([text]) for u in dict.fromkeys([t, *topic_chain(t)])):
             if whole is not None and normalize(s) == normalize(text):
                 out.append(Likeliest(s, whole, None))  # read before, whole
                 continue

@@ -48,7 +48,7 @@ _CONTENT_AFTER_COLON = re.compile(
     r"[^:：]*[:：].*$|(写|翻译|改写|润色|修改|改得|回复|总结|改成)[^:：]*[:：].*$", re.I)
 # ...but a colon after "写上 / 写清楚 / 写明" (state, include) opens what every such piece must
 # say: "入住确认都得写上：自驾来的话…走大路绕一下" is a rule, and taken out it left "入住确认都得"
-# (the read scenario sets say 15 sentences that way, in 14 chats: 10 two-task, 2 merges, one
+# (the read scenario sets say 15 sentences that way, in 14 chats: 9 two-task, 2 merges, one
 # rule without a cue word, 2 one-offs)
 _INCLUDE = re.compile(r"写[上清明][^:：]*[:：]")
 _QUESTION = re.compile(r"[?？吗呢]\s*$", re.I)
