@@ -13,7 +13,9 @@ written. ``--extract`` adds extraction's first decision on the turns triage lets
 ``--rules`` runs that extraction and scores each extracted rule with the keep check
 (``keep.md``) beside word-overlap grounding, labelled from the scenario (:func:`rule_label`).
 ``--again [FILE]`` scores labelled pairs instead (``bench/data/asked_again.jsonl``): the
-asked-again check (:meth:`Pipeline.asked_again`) per split and language.
+asked-again check (:meth:`Pipeline.asked_again`) per split and language. ``--story`` scores
+the sentences of the later turns that hold an expected rule (:func:`story_sentences`) with the
+story check (``part.md``, :meth:`Pipeline.without_story`) and tabulates ``STORY_MIN_P`` bars.
 
     skilldesk bench triage --model recommended --scenarios people --split tune
 """
@@ -81,6 +83,11 @@ def _args(argv: list[str]) -> argparse.Namespace:
                    help="instead of scenarios: how well the asked-again check (again.md) "
                         "tells a request asked again for a new answer from another "
                         f"follow-up, on labelled pairs (default {AGAIN_DATA.name})")
+    p.add_argument("--story", action="store_true",
+                   help="instead of turns: how well the story check (part.md) tells the "
+                        "sentences of a later turn that say its rule from those that tell "
+                        "the story (labelled from each scenario's evidence and forbidden "
+                        "words)")
     p.add_argument("--replay", metavar="DIR", type=Path,
                    help="answer prompts seen before from DIR (as bench evolution --replay); "
                         "the seconds then mean nothing")
@@ -426,6 +433,54 @@ def cued_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def story_sentences(sc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The labelled sentences of the later user turns that hold an expected item's evidence:
+    "rule" where the sentence holds the evidence and no word the item forbids, "story" where
+    it holds a forbidden word (a name, number or detail of this case) and not the evidence;
+    the request is the user turn before. Other sentences are left out (unlabelled)."""
+    from engine.learning.rules import statements
+
+    users = [m["content"] for m in sc["messages"] if m["role"] == "user"]
+    out: dict[str, dict[str, Any]] = {}
+    for e in sc["expect"]:
+        ev = normalize(e.get("evidence") or "")
+        forbid = [f.lower() for f in e.get("forbid", [])]
+        for k, text in enumerate(users[1:], 1):
+            if not ev or ev not in normalize(text):
+                continue
+            for sent in statements([text]):
+                said = normalize(sent) in ev or ev in normalize(sent)
+                bad = any(f in sent.lower() for f in forbid)
+                if said != bad:
+                    out[sent] = {"id": sc["id"], "lang": sc.get("lang", "en"),
+                                 "split": sc.get("split", ""), "sentence": sent,
+                                 "request": users[k - 1], "label": "rule" if said else "story"}
+    return list(out.values())
+
+
+def story_table(rows: list[dict[str, Any]],
+                bars: tuple[float, ...] = (0.36, 0.38, 0.4, 0.42, 0.44, 0.46, 0.48)) -> str:
+    """The story check on labelled sentences (``p``: its P(story)), per language: the AUC,
+    and per bar the story sentences and the rule sentences it would leave out (``*``: the
+    app's bar, ``STORY_MIN_P``)."""
+    from engine.learning.pipeline import STORY_MIN_P
+
+    lines = ["lang  story  rule  AUC   " + "  ".join(
+        f"@{b}{'*' if b == STORY_MIN_P else ' '} story / rule out" for b in bars)]
+    for lang in ("en", "zh", "all"):
+        sel = [r for r in rows if r["p"] is not None and lang in ("all", r["lang"])]
+        pos = [r["p"] for r in sel if r["label"] == "story"]
+        neg = [r["p"] for r in sel if r["label"] == "rule"]
+        if not pos or not neg:
+            continue
+        auc = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg) / (len(pos) * len(neg))
+        cells = [f"{sum(p >= b for p in pos):>3}/{len(pos):<3} {sum(p >= b for p in neg):>3}/"
+                 f"{len(neg):<3}" for b in bars]
+        lines.append(f"{lang:<5} {len(pos):<6} {len(neg):<5} {auc:.3f} "
+                     + "  ".join(f"{c:<23}" for c in cells))
+    return "\n".join(lines)
+
+
 def again_table(rows: list[dict[str, Any]], bars: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8)
                 ) -> str:
     """The asked-again check on labelled pairs (``p``: its P(yes); ``label``: "yes" where
@@ -481,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.llm.llama_backend import LlamaCppBackend
     from engine.llm.worker import BACKGROUND, ModelWorker
 
-    scenarios = [] if a.again else [
+    scenarios = [] if a.again and not a.story else [
         sc for sp in (a.split or [None])
         for sc in load_scenarios(a.scenarios, None, False, a.limit, sp)]
     spec = registry.resolve(a.model)
@@ -511,6 +566,11 @@ def main(argv: list[str] | None = None) -> int:
                          Path(a.again).read_text(encoding="utf-8").splitlines() if line.strip()]
                 for r in pairs:
                     r["p"] = pipe.again_score(r["earlier"], r["newest"])
+            if a.story:
+                rows = [r for sc in scenarios for r in story_sentences(sc)]
+                for r in rows:
+                    r["p"] = pipe.story_score(r["request"], r["sentence"])
+                scenarios = []
             for sc in scenarios:
                 rows += score_turns(pipe, sc, between, a.extract, a.rules, a.lasting,
                                     a.openings, a.cued)
@@ -524,6 +584,13 @@ def main(argv: list[str] | None = None) -> int:
                                     encoding="utf-8")
         return 0
     where = f" (split {', '.join(a.split)})" if a.split else ""
+    if a.story:
+        print(f"{spec.title}: {len(rows)} labelled sentences{where}")
+        print(story_table(rows))
+        if a.json:
+            Path(a.json).write_text(json.dumps(rows, indent=1, ensure_ascii=False),
+                                    encoding="utf-8")
+        return 0
     print(f"{spec.title}: {len(scenarios)} scenarios{where}")
     print(table(rows))
     print(separation(rows))

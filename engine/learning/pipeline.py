@@ -167,6 +167,19 @@ LASTING_MIN_P = 0.24
 # turn read alone, as before. On the even half, not tuned on: AUC 1.00, 14/16 and 0/16.
 AGAIN_MIN_P = 0.7
 AGAIN_TURNS = 2
+# A rule said in a later turn keeps none of its sentences whose P(story) (``part.md``: the
+# sentence tells what happened, who did what or this case's details, and asks for nothing by
+# itself) reaches STORY_MIN_P, where the rule has another sentence
+# (:meth:`Pipeline.without_story`). Fitted with `skilldesk bench triage --story` on every
+# sentence of the later turns that hold an expected rule in the read fresh53-79, labelled
+# "rule" where it holds the rule's evidence and "story" where it holds a word the scenario
+# forbids (615 sentences). The fit half fresh53-66 (150 story, 145 rule): AUC 0.954; the
+# lowest bar (in 0.02 steps) that drops at most 1 in 20 rule sentences: 0.42, 98/150 stories
+# and 5/145 rules. Not fitted on, fresh67-79 (164, 156): AUC 0.975; 98/164 and 2/156.
+STORY_MIN_P = 0.42
+# A whole sentence: up to a full stop, question or exclamation mark, or a line break (a full
+# stop that no space follows is a decimal point or an abbreviation's)
+WHOLE_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|\.(?=\S))+[.!?。！？]?")
 Search = Callable[[str, int], list[Neighbour]]
 
 
@@ -385,6 +398,8 @@ class Pipeline:
             asked = asked_for(earlier, w)
             for c in vetted:
                 self.checkpoint()
+                if evidence is not None and self.focused is None:  # a later turn's rule
+                    c.constraints = self.without_story(c.constraints, before[-1])
                 actions.append(self.manage(c, turn_id, asked))
         for a in actions:
             log.info("evolution %s%s: %s", a.kind,
@@ -817,6 +832,42 @@ class Pipeline:
                 log.info("evolution: the rule in the user's words: %s", clip(new, 120))
             self.rules[request, said] = new
         return self.rules[request, said]
+
+    def without_story(self, rules: list[str], request: str) -> list[str]:
+        """``rules``, said in a later turn after ``request``, without their sentences that
+        only tell the story (``part.md``: P(story) reaching :data:`STORY_MIN_P`), where another
+        sentence of them is left. The user's words for a rule, theirs or the model's, often
+        keep the story told after it ("Don't name any plots or people in the inspection bit.
+        … The chap on 31 lost his wife in the spring…", "前两个月有三个人交了定金，蛋糕做好了人
+        不来…"): the names and numbers of one case, which a skill must not carry (the read
+        fresh79: 3 of its 6 leaks). A sentence ends at a full stop, not at a semicolon: what
+        follows one goes on with the instruction ("Don't put anyone's time in the results; just
+        who ran and any milestones", whose second half read alone scores 0.50). Rules of one
+        sentence, and a rule all of whose sentences read as story, are left as they are (the
+        checks before judged them)."""
+        units = [(i, m[0].strip()) for i, rule in enumerate(rules)
+                 for m in WHOLE_SENTENCE.finditer(rule) if m[0].strip(" ,;；，。.")]
+        if len(units) < 2:
+            return rules
+        ps = [self.story_score(request, s) for _, s in units]
+        if any(p is None for p in ps) or all(p >= STORY_MIN_P for p in ps):
+            return rules
+        kept: dict[int, list[str]] = {}
+        for (i, sent), p in zip(units, ps, strict=True):
+            if p < STORY_MIN_P:
+                kept.setdefault(i, []).append(sent)
+            else:
+                log.info("evolution: a sentence of the story left out of the rule (P %.2f): %s",
+                         p, clip(sent, 80))
+        return [("" if language(rules[i]) == "zh" else " ").join(sents)
+                for i, sents in kept.items()]
+
+    def story_score(self, request: str, sentence: str) -> float | None:
+        """P(``sentence``, of a later turn after ``request``, only tells the story: what
+        happened, who, this case's details) (``part.md``, one forward pass); None when
+        unusable."""
+        return self._p_yes("part", "part", ("story",), earlier=clip(scrub(request), 300),
+                           sentence=clip(scrub(sentence), 300))
 
     # ------------------------------------------------------------------------------ quote
     def quote(self, w: triage.Window, requests: Sequence[str] = ()) -> str | None:

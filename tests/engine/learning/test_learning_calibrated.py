@@ -11,7 +11,7 @@ import pytest
 
 from bench.learning_scenarios import SPLITS
 from bench.oracle import OracleLLM
-from bench.triage import durable_turn, extract_table, table
+from bench.triage import durable_turn, extract_table, story_sentences, story_table, table
 from engine.bank.store import SkillBank
 from engine.learning import Pipeline
 from engine.learning import triage as gate
@@ -239,6 +239,23 @@ def test_extraction_decides_by_its_first_token_and_then_must_write_a_skill(tmp_p
     assert failed is None and bool(found) is written
     # below the bar nothing is generated; at or above it the schema asks for a skill
     assert llm.min_items == ([1] if written else [])
+
+
+def test_bench_triage_story_labels_a_later_turns_sentences_and_tabulates_bars():
+    """A sentence of the later turn that holds the evidence is the rule; one that holds a
+    word the item forbids is story; the opening's sentences and unlabelled ones are left out."""
+    sc = {"id": "x", "lang": "en", "split": "s", "messages": [
+        U("Write the notice, Mrs Pell wants it up today."), A("Done."),
+        U("Never put flat numbers in notices. Mrs Pell at 4B cried. Thanks a lot.")],
+          "expect": [{"evidence": "never put flat numbers in notices", "forbid": ["Pell"]}]}
+    rows = story_sentences(sc)
+    assert [(r["sentence"], r["label"]) for r in rows] == [
+        ("Never put flat numbers in notices.", "rule"), ("Mrs Pell at 4B cried.", "story")]
+    assert rows[0]["request"] == "Write the notice, Mrs Pell wants it up today."
+    rows[0]["p"], rows[1]["p"] = 0.2, 0.45
+    out = story_table(rows, bars=(0.4, 0.5)).splitlines()
+    assert out[1].split()[:4] == ["en", "1", "1", "1.000"]
+    assert "1/1     0/1" in out[1] and "0/1     0/1" in out[1]
 
 
 def test_bench_triage_labels_turns_by_the_evidence_and_tabulates_bars():
@@ -1556,3 +1573,54 @@ def test_the_users_own_rule_never_rescues_a_candidate_the_checks_stop(tmp_path):
         CAPTAIN, "turn")
     assert "rule" not in llm.calls and not [a for a in actions if a.kind == "add"], \
         [(a.kind, a.reason) for a in actions]
+
+
+class StoryScored(QuoteScored):
+    """QuoteScored whose story check (part.md) reads a sentence that holds one of
+    ``story_words`` a story with probability ``p_story``, any other sentence a rule."""
+
+    def __init__(self, rules, story_words, p_story, **kw):
+        super().__init__(rules, "", 0.0, **kw)
+        self.story_words, self.p_story, self.parts = story_words, p_story, []
+
+    def choice_logprobs(self, messages, prefix, options, cancel=None):
+        if prefix.startswith('{"part"'):
+            sentence = messages[-1]["content"].rsplit("Sentence:", 1)[1].strip()
+            self.parts.append(sentence)
+            p = self.p_story if any(w in sentence for w in self.story_words) else 0.1
+            return {"story": math.log(p), "rule": math.log(1 - p)}
+        return super().choice_logprobs(messages, prefix, options, cancel)
+
+
+NOTICE = [U("Write this month's notice for the residents' noticeboard: bins move to Tuesdays."),
+          A("Notice: from next week the bins go out on Tuesdays."),
+          U("Never put anyone's flat number in the notices. Mrs Pell at 4B cried for a week "
+            "after the last one named her.")]
+
+
+@pytest.mark.parametrize("p_story, kept", [(0.9, False), (0.3, True)])
+def test_a_later_turns_rule_keeps_none_of_the_story_told_after_it(tmp_path, p_story, kept):
+    """The rule of a later turn, in the user's words, with the story told after it (names,
+    numbers of one case): each sentence is read by the story check, after the request, and
+    a sentence whose P(story) reaches STORY_MIN_P is left out of the rule; below it, kept."""
+    rule = "Never put anyone's flat number in the notices."
+    story = "Mrs Pell at 4B cried for a week after the last one named her."
+    llm = StoryScored([f"{rule} {story}"], ["Pell"], p_story, name="Notices")
+    [add] = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(NOTICE, "turn")
+    assert add.kind == "add", add.reason
+    assert rule in add.skill.instructions
+    assert ("Pell" in add.skill.instructions) is kept
+    assert llm.parts == [rule, story]  # each sentence alone
+
+
+def test_a_rule_that_reads_all_story_is_left_as_the_checks_judged_it(tmp_path):
+    """Where every sentence of the rule reads as story, the check has nothing to keep and
+    leaves the rule alone (a one-sentence rule is never asked about)."""
+    said = "Never put anyone's flat number in the notices. Mrs Pell at 4B cried for a week."
+    llm = StoryScored([said], ["Pell", "Never"], 0.9, name="Notices")
+    [add] = Pipeline(SkillBank(tmp_path / "bank"), "default", LLMClient(llm)).run(NOTICE, "turn")
+    assert add.kind == "add" and "Pell" in add.skill.instructions
+    llm = StoryScored(["Never put anyone's flat number in the notices."], ["Pell"], 0.9,
+                      name="Notices")
+    Pipeline(SkillBank(tmp_path / "bank2"), "default", LLMClient(llm)).run(NOTICE, "turn")
+    assert llm.parts == []

@@ -11,7 +11,7 @@ import pytest
 
 from engine.bank.store import SkillBank
 from engine.learning import Pipeline
-from engine.learning.pipeline import LASTING_MIN_P, OPENING_MIN_P
+from engine.learning.pipeline import LASTING_MIN_P, OPENING_MIN_P, STORY_MIN_P
 from engine.learning.triage import DURABLE_MIN_P, Window, user_turns
 from engine.llm.base import GenParams
 from engine.llm.client import LLMClient
@@ -629,3 +629,21 @@ def test_qwen_reads_a_turn_that_asks_again_for_a_new_answer_with_the_turn_it_rep
     evidence = [t.text for t in w.turns[w.focus:]]
     assert evidence == ([WINES[2]["content"], newest] if again else [newest])
     assert any("white wines" in t for t in [*earlier, *(t.text for t in w.turns[:w.focus])])
+
+
+@pytest.mark.parametrize("request_, rule, story", [
+    ("Write an order confirmation for the Dunn birthday cake.",
+     "Put the pickup time in bold at the top of every order confirmation.",
+     "Last Friday Mrs Dunn came two hours early and the cake wasn't even iced."),
+    ("帮我给三楼的周阿姨写个装修告知。",
+     "装修告知里都得写上每天几点开工几点收工，中午不干活。",
+     "上回隔壁单元的老李拿着拖鞋上来敲门，说他孙子刚睡着就被电钻吵醒了。")])
+def test_qwen_story_check_leaves_the_story_out_of_a_later_turns_rule(pipeline, request_, rule,
+                                                                      story):
+    """A rule said in a later turn with a story after it: the story check (part.md) reads the
+    story's sentence at or above STORY_MIN_P and the rule's below, so the rule keeps only its
+    own sentence."""
+    assert pipeline.story_score(request_, story) >= STORY_MIN_P
+    assert pipeline.story_score(request_, rule) < STORY_MIN_P
+    sep = "" if rule.endswith("。") else " "
+    assert pipeline.without_story([rule + sep + story], request_) == [rule]
