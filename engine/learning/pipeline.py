@@ -837,14 +837,16 @@ class Pipeline:
         """``rules``, said in a later turn after ``request``, without their sentences that
         only tell the story (``part.md``: P(story) reaching :data:`STORY_MIN_P`), where another
         sentence of them is left. The user's words for a rule, theirs or the model's, often
-        keep the story told after it ("Don't name any plots or people in the inspection bit.
-        … The chap on 31 lost his wife in the spring…", "前两个月有三个人交了定金，蛋糕做好了人
-        不来…"): the names and numbers of one case, which a skill must not carry (the read
-        fresh79: 3 of its 6 leaks). A sentence ends at a full stop, not at a semicolon: what
-        follows one goes on with the instruction ("Don't put anyone's time in the results; just
-        who ran and any milestones", whose second half read alone scores 0.50). Rules of one
-        sentence, and a rule all of whose sentences read as story, are left as they are (the
-        checks before judged them)."""
+        keep the story told after it ("…just 'a resident raised'. They go on the noticeboard…,
+        and after the last lot someone spray painted 'grass' on Gerald's garage door", "…只收
+        对公转账。陈先生这边还差一万五。"): the names and numbers of one case, which a skill must
+        not carry (the read fresh76-79: 14 conversations leaked a case detail, at least 5 of
+        them by such a story; this check took it out of 2, and a name out of a third). A
+        sentence ends at a full stop, not at a semicolon: what follows one goes on with the
+        instruction ("Don't put anyone's time in the results; just who ran and any
+        milestones", whose second half read alone scores 0.50). Rules of one sentence, and a
+        rule all of whose sentences read as story, are left as they are (the checks before
+        judged them)."""
         units = [(i, m[0].strip()) for i, rule in enumerate(rules)
                  for m in WHOLE_SENTENCE.finditer(rule) if m[0].strip(" ,;；，。.")]
         if len(units) < 2:
