@@ -271,6 +271,13 @@ def auc(pos: list[float], neg: list[float]) -> float | None:
     return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
 
 
+def bar_cells(pos: list[float], neg: list[float], bars: tuple[float, ...],
+              width: int) -> list[str]:
+    """Per bar, the positives and the negatives scoring at or above it ("n/N m/M")."""
+    return [f"{sum(p >= b for p in pos):>{width}}/{len(pos):<{width}} "
+            f"{sum(p >= b for p in neg):>{width}}/{len(neg):<{width}}" for b in bars]
+
+
 def separation(rows: list[dict[str, Any]]) -> str:
     """How well each score separates durable turns from the others (AUC), for a
     conversation's opening message and for its later turns apart: the two are different
@@ -473,11 +480,8 @@ def story_table(rows: list[dict[str, Any]],
         neg = [r["p"] for r in sel if r["label"] == "rule"]
         if not pos or not neg:
             continue
-        auc = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg) / (len(pos) * len(neg))
-        cells = [f"{sum(p >= b for p in pos):>3}/{len(pos):<3} {sum(p >= b for p in neg):>3}/"
-                 f"{len(neg):<3}" for b in bars]
-        lines.append(f"{lang:<5} {len(pos):<6} {len(neg):<5} {auc:.3f} "
-                     + "  ".join(f"{c:<23}" for c in cells))
+        lines.append(f"{lang:<5} {len(pos):<6} {len(neg):<5} {auc(pos, neg):.3f} "
+                     + "  ".join(f"{c:<23}" for c in bar_cells(pos, neg, bars, 3)))
     return "\n".join(lines)
 
 
@@ -499,11 +503,8 @@ def again_table(rows: list[dict[str, Any]], bars: tuple[float, ...] = (0.5, 0.6,
             neg = [r["p"] for r in sel if r["label"] != "yes"]
             if not pos or not neg:
                 continue
-            auc = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg) / (len(pos) * len(neg))
-            cells = [f"{sum(p >= b for p in pos):>2}/{len(pos):<2} {sum(p >= b for p in neg):>2}/"
-                     f"{len(neg):<2}" for b in bars]
-            lines.append(f"{split or '-':<8} {lang:<5} {len(sel):<6} {auc:.2f}  "
-                         + "  ".join(f"{c:<19}" for c in cells))
+            lines.append(f"{split or '-':<8} {lang:<5} {len(sel):<6} {auc(pos, neg):.2f}  "
+                         + "  ".join(f"{c:<19}" for c in bar_cells(pos, neg, bars, 2)))
     return "\n".join(lines)
 
 
@@ -576,19 +577,14 @@ def main(argv: list[str] | None = None) -> int:
                                     a.openings, a.cued)
     finally:
         worker.close()
-    if a.again:
-        print(f"{spec.title}: {len(pairs)} pairs ({a.again})")
-        print(again_table(pairs))
-        if a.json:
-            Path(a.json).write_text(json.dumps(pairs, indent=1, ensure_ascii=False),
-                                    encoding="utf-8")
-        return 0
     where = f" (split {', '.join(a.split)})" if a.split else ""
-    if a.story:
-        print(f"{spec.title}: {len(rows)} labelled sentences{where}")
-        print(story_table(rows))
+    if a.again or a.story:  # labelled items, not turns
+        items = pairs if a.again else rows
+        print(f"{spec.title}: " + (f"{len(pairs)} pairs ({a.again})" if a.again
+                                   else f"{len(rows)} labelled sentences{where}"))
+        print(again_table(items) if a.again else story_table(items))
         if a.json:
-            Path(a.json).write_text(json.dumps(rows, indent=1, ensure_ascii=False),
+            Path(a.json).write_text(json.dumps(items, indent=1, ensure_ascii=False),
                                     encoding="utf-8")
         return 0
     print(f"{spec.title}: {len(scenarios)} scenarios{where}")
