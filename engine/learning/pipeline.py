@@ -40,7 +40,13 @@ from engine.learning.checks import (
 )
 from engine.learning.events import Action
 from engine.learning.judge import Neighbour, judge_llm, judge_rule, skill_text
-from engine.learning.rules import own_sentence, rule_extract, rule_span, statements
+from engine.learning.rules import (
+    WHOLE_SENTENCE,
+    own_sentence,
+    rule_extract,
+    rule_span,
+    statements,
+)
 from engine.llm import tiers
 from engine.llm.client import LLMClient
 from engine.retrieval.relevance import logit
@@ -177,9 +183,6 @@ AGAIN_TURNS = 2
 # lowest bar (in 0.02 steps) that drops at most 1 in 20 rule sentences: 0.42, 98/150 stories
 # and 5/145 rules. Not fitted on, fresh67-79 (164, 156): AUC 0.975; 98/164 and 2/156.
 STORY_MIN_P = 0.42
-# A whole sentence: up to a full stop, question or exclamation mark, or a line break (a full
-# stop that no space follows is a decimal point or an abbreviation's)
-WHOLE_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|\.(?=\S))+[.!?。！？]?")
 Search = Callable[[str, int], list[Neighbour]]
 
 
@@ -1426,22 +1429,27 @@ def topic_chains(sentence: str) -> list[list[str]]:
     return out or [[sentence]]
 
 
-def topic_chain(sentence: str) -> list[str]:
-    """What the opening gate reads of one sentence (:func:`topic_chains`): each chain's first
-    clause alone, and each of its other clauses after that first one (alone, the
-    mother-in-law's "一天打两回胰岛素" read as the writer's own); an English sentence whole."""
-    return [c[0] if i == 0 else f"{c[0]}，{part}"
+def chain_reads(sentence: str) -> list[tuple[str, list[str]]]:
+    """(what the opening gate reads, the topic chain it comes from) for one sentence
+    (:func:`topic_chains`): each chain's first clause alone, and each of its other clauses
+    after that first one (alone, the mother-in-law's "一天打两回胰岛素" read as the writer's
+    own); an English sentence whole."""
+    return [(c[0] if i == 0 else f"{c[0]}，{part}", c)
             for c in topic_chains(sentence) for i, part in enumerate(c)]
 
 
+def topic_chain(sentence: str) -> list[str]:
+    """What the opening gate reads of one sentence (:func:`chain_reads`)."""
+    return [read for read, _ in chain_reads(sentence)]
+
+
 def chain_of(text: str, unit: str) -> str:
-    """The whole topic chain of ``text`` (:func:`topic_chains`) that the gate's read ``unit``
-    (:func:`topic_chain`) came from: what extraction reads as the opening's lasting part (a
-    rule runs on over the clauses of its chain: "菜谱别写成一大段，按步骤一条一条列出来"); ``unit``
-    where none did."""
+    """The whole topic chain of ``text`` that the gate's read ``unit`` (:func:`chain_reads`)
+    came from: what extraction reads as the opening's lasting part (a rule runs on over the
+    clauses of its chain: "菜谱别写成一大段，按步骤一条一条列出来"); ``unit`` where none did."""
     for sent in statements([text]):
-        for c in topic_chains(sent):
-            if unit in (c[0], *(f"{c[0]}，{part}" for part in c[1:])):
+        for read, c in chain_reads(sent):
+            if read == unit:
                 return "，".join(c)
     return unit
 

@@ -59,6 +59,10 @@ _LEAD = re.compile(
     r"^(不对|错了|记住|请记得|另外|还有|以后|今后|从现在起|从现在开始|换个话题)[\s，,：:。!！]*", re.I)
 _TAIL = re.compile(r"[\s,]*(from now on|going forward|in (the )?future|please)[\s.!]*$", re.I)
 SENTENCE = re.compile(r"(?:[^.!?。！？;；\n]|[.;](?=\S))+[.!?。！？;；]?")
+# A whole sentence: up to a full stop, question or exclamation mark, or a line break (a full
+# stop that no space follows is a decimal point or an abbreviation's); SENTENCE also ends at
+# a semicolon
+WHOLE_SENTENCE = re.compile(r"(?:[^.!?。！？\n]|\.(?=\S))+[.!?。！？]?")
 _CLAUSE = re.compile(r"[,，:：]\s*")
 _TOOLS = re.compile(r"\b(json|sql|git|python|regex|csv|yaml|bash|shell|api|excel|css|html|"
                     r"javascript|typescript|pytest|markdown|latex|docker)\b", re.I)
