@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.learning_scenarios import SPLITS, load_scenarios
-from engine.text import normalize
+from engine.text import language, normalize
 
 BARS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
 AGAIN_DATA = Path(__file__).parent / "data" / "asked_again.jsonl"
@@ -88,6 +88,9 @@ def _args(argv: list[str]) -> argparse.Namespace:
                         "sentences of a later turn that say its rule from those that tell "
                         "the story (labelled from each scenario's evidence and forbidden "
                         "words)")
+    p.add_argument("--clauses", action="store_true",
+                   help="with --story: the comma clauses of the sentences that hold a rule "
+                        "(a story told inside the rule's own sentence), not whole sentences")
     p.add_argument("--replay", metavar="DIR", type=Path,
                    help="answer prompts seen before from DIR (as bench evolution --replay); "
                         "the seconds then mean nothing")
@@ -465,6 +468,50 @@ def story_sentences(sc: dict[str, Any]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
+def _overlap(a: str, b: str) -> bool:
+    """``a`` and ``b`` (normalized) share a run of at least 12 characters (4 for Chinese), or
+    all of the shorter one."""
+    from difflib import SequenceMatcher
+
+    m = SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
+    return m.size >= min(4 if language(a) == "zh" else 12, len(a), len(b))
+
+
+def story_clauses(sc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The labelled comma clauses (:func:`~engine.learning.pipeline.comma_clauses`) of the
+    sentences of later user turns that hold part of an expected item's evidence, where the
+    sentence has two or more: "rule" where the clause shares a run of the evidence
+    (:func:`_overlap`) and holds no word the item forbids, "story" where it holds a forbidden
+    word and shares none; "other" for the rest (a clause of the rule past the evidence's end,
+    a reason that names nothing of the case). A story told inside the rule's own sentence
+    ("…say cash only, the card machine never connects") is what the sentence-level set
+    (:func:`story_sentences`) leaves out."""
+    from engine.learning.pipeline import comma_clauses
+    from engine.learning.rules import statements
+
+    users = [m["content"] for m in sc["messages"] if m["role"] == "user"]
+    out: dict[str, dict[str, Any]] = {}
+    for e in sc["expect"]:
+        ev = normalize(e.get("evidence") or "")
+        forbid = [f.lower() for f in e.get("forbid", [])]
+        for k, text in enumerate(users[1:], 1):
+            if not ev or ev not in normalize(text):
+                continue
+            for sent in statements([text]):
+                parts = comma_clauses(sent)
+                if len(parts) < 2 or not _overlap(normalize(sent), ev):
+                    continue
+                for part in parts:
+                    said = _overlap(normalize(part.strip(" ,，;；")), ev)
+                    bad = any(f in part.lower() for f in forbid)
+                    out[f"{sent}\n{part}"] = {
+                        "id": sc["id"], "lang": sc.get("lang", "en"),
+                        "split": sc.get("split", ""), "sentence": part.strip(" ,，;；"),
+                        "whole": sent, "request": users[k - 1],
+                        "label": "other" if said == bad else "rule" if said else "story"}
+    return list(out.values())
+
+
 def story_table(rows: list[dict[str, Any]],
                 bars: tuple[float, ...] = (0.36, 0.38, 0.4, 0.42, 0.44, 0.46, 0.48)) -> str:
     """The story check on labelled sentences (``p``: its P(story)), per language: the AUC,
@@ -482,6 +529,10 @@ def story_table(rows: list[dict[str, Any]],
             continue
         lines.append(f"{lang:<5} {len(pos):<6} {len(neg):<5} {auc(pos, neg):.3f} "
                      + "  ".join(f"{c:<23}" for c in bar_cells(pos, neg, bars, 3)))
+    other = [r["p"] for r in rows if r["p"] is not None and r["label"] == "other"]
+    if other:  # unlabelled clauses (--clauses): a clause of the rule or a plain reason
+        lines.append(f"other {len(other):<12}      " + "  ".join(
+            f"{sum(p >= b for p in other):>3}/{len(other):<3} out{'':<15}" for b in bars))
     return "\n".join(lines)
 
 
@@ -568,7 +619,8 @@ def main(argv: list[str] | None = None) -> int:
                 for r in pairs:
                     r["p"] = pipe.again_score(r["earlier"], r["newest"])
             if a.story:
-                rows = [r for sc in scenarios for r in story_sentences(sc)]
+                label = story_clauses if a.clauses else story_sentences
+                rows = [r for sc in scenarios for r in label(sc)]
                 for r in rows:
                     r["p"] = pipe.story_score(r["request"], r["sentence"])
                 scenarios = []

@@ -1415,6 +1415,16 @@ def clauses(sentence: str) -> list[str]:
     return [c for c in (x.strip() for x in sentence.split("，")) if c]
 
 
+COMMA_CLAUSE = re.compile(r"[^,，;；]+(?:[,，;；]+|$)")
+
+
+def comma_clauses(sentence: str) -> list[str]:
+    """``sentence`` cut after each comma or semicolon (English or Chinese), each piece with its
+    mark, so that ``"".join`` gives the sentence back: the units the story check reads inside
+    one sentence of a rule (:meth:`Pipeline.without_story`)."""
+    return [m[0] for m in COMMA_CLAUSE.finditer(sentence) if m[0].strip(" ,，;；")]
+
+
 def topic_chains(sentence: str) -> list[list[str]]:
     """The clauses of one sentence (:func:`clauses`), by topic chain: an English sentence is
     one chain of one; in a Chinese one, a clause that does not name the writer (我, 咱)
