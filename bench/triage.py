@@ -115,7 +115,7 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
     gets ``pe``: extraction's P(a skill) — also on the turns triage stops, to see what
     extraction's score alone would decide (:func:`extract_table`); with ``lasting`` every
     scored later turn (and every later turn cue words found) gets ``pl``: the lasting check's
-    P(about every future piece of that work), read after the user's two turns before it, as
+    P(about every future piece of that work), the turn read alone, as
     :meth:`Pipeline._lasting` reads it, and every scored turn ``ps``: triage's P of its
     likeliest sentence read alone (:meth:`Pipeline.likeliest_sentence`), the opening gate's
     second read (:func:`opening_p`), and every opening ``reads``: each sentence's triage P
@@ -165,7 +165,7 @@ def score_turns(pipe: Any, sc: dict[str, Any], between: Any = None,
                 row["ps"] = best.p if best else row["p"]
         if lasting and (row["p"] is not None or row.get("pc") is not None) \
                 and not row["opening"]:
-            row["pl"] = pipe.lasting_score(users[-1], [t.text for t in users[:-1]][-2:])
+            row["pl"] = pipe.lasting_score(users[-1])
         if extract and passed:
             earlier = earlier_requests(msgs[:k + 1], passed[-1])  # as Pipeline.run reads them
             row["pe"] = pipe.extract_score(pipe.extract_values(passed[-1], earlier))

@@ -145,24 +145,22 @@ QUOTE_MIN_P = 0.5
 QUOTE_TRIAGE_P = 0.6
 # A later turn goes on where the lasting check's P(what it says is about every future piece
 # of that work, not only this answer or case) reaches LASTING_MIN_P (:meth:`Pipeline._lasting`).
-# Fitted with `skilldesk bench triage --lasting` on the read fresh60-66 (148 later turns triage
-# scored, 87 durable): the bar keeps 9 in 10 durable turns (79/87; 0.30: 97/98 of all later
-# turns, 0.4: 70/98), and lets 31 of 61 others through, where the gate it replaces (triage's
-# P at even odds against P(not wanted again), the check's earlier wording) let 79/87 and 48/61.
-# On fresh53-59, not fitted on (144 later turns, 88 durable): AUC 0.75 (English 0.87, Chinese
-# 0.62; the earlier wording 0.51, triage 0.60); 79/88 durable and 26/56 others go on (before:
-# 77/88 and 41/56), and one-off conversations with a later turn let on fell from 20 of 56 to 5.
 # P(every) is low on the whole (the model answers "this" to most turns): the bar is the
-# prompt's, fitted again whenever lasting.md changes. Forty-fourth round: "this" also where a
-# change to the answer comes with a reason about the people or things of this case, with two
-# such examples ("Way too angry, he's always been good to us…"); on the read fresh60-66 AUC
-# 0.78 -> 0.80 (English 0.84 -> 0.83, Chinese 0.69 -> 0.77), and the bar that keeps 9 in 10
-# durable later turns moved 0.33 -> 0.24 (89/98 vs 90/98), where one-off conversations with a
-# later turn let on fell from 12 of 56 to 5. Not fitted on, fresh53-59 and fresh68-69 (207
-# later turns, 126 durable): AUC 0.76 -> 0.81 (English 0.86 -> 0.89, Chinese 0.64 -> 0.71); at
-# the old and the new bar, durable turns let on 114 -> 110, others 40/81 -> 32/81, one-off
-# conversations with a later turn let on 11 of 72 -> 5 (fresh53-59 8 -> 1, fresh68-69 3 -> 4).
-LASTING_MIN_P = 0.24
+# prompt's and the read's, fitted again whenever either changes (`skilldesk bench triage
+# --lasting`), as the highest 0.02 step that keeps 9 in 10 durable later turns of the read
+# fresh60-66. The check replaced triage's P weighed at even odds against P(not wanted again),
+# which let 48 of 61 other later turns of fresh60-66 through; the forty-fourth round's wording
+# ("this" also where a change comes with a reason about the people of this case) took AUC
+# 0.78 -> 0.80 there. Fifty-fourth round: the turn is read alone (an empty "Earlier"), not
+# after the user's two turns before it; read after them, P(every) ran lower and separated
+# less (the request just answered draws the model to "this"). Every later turn of fresh60-66
+# (161, 98 durable), fitted on: AUC 0.81 -> 0.93 (English 0.84 -> 0.93, Chinese 0.77 ->
+# 0.94); the bar moved 0.24 -> 0.34: durable let on 89/98 both, others 25/63 -> 18/63, one-off
+# conversations with a later turn let on 5 -> 6 of 35. Not fitted on, fresh53-59 and
+# fresh67-79 (457, 280 durable): AUC 0.81 -> 0.90 (English 0.86 -> 0.91, Chinese 0.73 ->
+# 0.90); durable 253 -> 252 of 280, others 83 -> 50 of 177, one-off conversations 20 -> 14 of
+# 96 (the mean of both reads: AUC 0.88).
+LASTING_MIN_P = 0.34
 # A later turn that asks, for a new answer, for what an earlier turn of the conversation asked
 # ("and same for these, how big do they end up") is read together with that turn
 # (:meth:`Pipeline.asked_again`) where the model's P(yes) on ``again.md`` reaches AGAIN_MIN_P,
@@ -504,16 +502,16 @@ class Pipeline:
 
     def _lasting(self, turn: triage.UserTurn, p: float, kind: str | None) -> str | None:
         """A later turn goes on where the model's P that what it says is about every future
-        piece of work of its kind, not only this answer or this case (``lasting.md``), reaches
-        :data:`LASTING_MIN_P`: a tweak of the answer just given ("make it funnier, he's a good
-        mate"), more about their own case, a follow-up question, a report or thanks stop
-        there. Triage's P is not weighed in: on later turns it barely separates (read
-        fresh60-66, AUC 0.62), and weighed at even odds against the earlier wording of this
-        check (P(wanted again), AUC 0.51 there) it let 48 of 61 other later turns through and
-        one-off conversations wrote 20 junk skills in 48. Without a lasting read (no earlier
-        turn, an unusable answer) triage's bar decides."""
-        before = [t.text for t in self.users if t.index < turn.index][-2:]
-        q = self.lasting_score(turn, before) if before else None
+        piece of work of its kind, not only this answer or this case (``lasting.md``, the
+        turn read alone: :meth:`lasting_score`), reaches :data:`LASTING_MIN_P`: a tweak of the
+        answer just given ("make it funnier, he's a good mate"), more about their own case, a
+        follow-up question, a report or thanks stop there. Triage's P is not weighed in: on
+        later turns it barely separates (read fresh60-66, AUC 0.62), and weighed at even odds
+        against the earlier wording of this check (P(wanted again), AUC 0.51 there) it let 48
+        of 61 other later turns through and one-off conversations wrote 20 junk skills in 48.
+        Without a lasting read (no earlier turn, an unusable answer) triage's bar decides."""
+        later = any(t.index < turn.index for t in self.users)
+        q = self.lasting_score(turn) if later else None
         if q is None:
             return kind if p >= triage.DURABLE_MIN_P else None
         if q < LASTING_MIN_P:
@@ -571,14 +569,15 @@ class Pipeline:
         return (replace(w, turns=[again, turns[0]], focus=0, cues=[*w.cues, "model:again"]),
                 [*first, *between][-ASKED_TURNS:])
 
-    def lasting_score(self, turn: triage.UserTurn, before: Sequence[str]) -> float | None:
+    def lasting_score(self, turn: triage.UserTurn) -> float | None:
         """P(what ``turn`` says is about every future piece of work of its kind, not only
-        this answer or case), read after ``before`` (the user's turns before it; one forward
-        pass); None when the model gave no usable answer."""
+        this answer or case), the turn read alone (one forward pass); None when the model gave
+        no usable answer. Read after the user's two turns before it, as until the fifty-fourth
+        round, it separated durable later turns less (AUC 0.81 against 0.90 on read sets it
+        was not fitted on): see :data:`LASTING_MIN_P`."""
         self.checkpoint()
         try:
-            probs = self.llm.choice("lasting", "scope",
-                                    earlier=" / ".join(clip(scrub(t), 160) for t in before),
+            probs = self.llm.choice("lasting", "scope", earlier="",
                                     newest=clip(scrub(turn.text), 600))
         except Cancelled:
             raise

@@ -364,7 +364,7 @@ def test_bench_triage_tabulates_the_turns_cue_words_find_at_the_apps_gate():
     row = lambda i, durable, pc, pl=None: {  # noqa: E731
         "id": i, "turn": 2, "opening": pl is None, "durable": durable, "oneoff": not durable,
         "cued": True, "p": None, "pc": pc, "pl": pl}
-    rows = [row("dont", True, 0.62, 0.3), row("after", False, 0.23),
+    rows = [row("dont", True, 0.62, 0.45), row("after", False, 0.23),
             row("always", False, 0.6), row("tweak", False, 0.65, 0.2)]
     assert [let_through(r) for r in rows] == [True, False, True, False]
     gate = {ln.split("|")[0].strip(): ln for ln in cued_table(rows).splitlines() if "|" in ln}
@@ -1007,13 +1007,13 @@ TWEAK = [U("Write a leaving card message for Dave from the warehouse."), A("Dear
 @pytest.mark.parametrize("p_triage, p_again, learned", [
     (0.6, 0.1, False),   # P(about every piece of that work) below LASTING_MIN_P
     (0.9, 0.2, False),   # however sure triage is
-    (0.6, 0.3, True),    # past the bar
-    (0.3, 0.3, True)])   # below triage's own bar for openings
+    (0.6, 0.45, True),   # past the bar
+    (0.3, 0.45, True)])  # below triage's own bar for openings
 def test_a_later_turn_goes_on_only_where_it_is_about_every_piece_of_that_work(
         tmp_path, p_triage, p_again, learned):
     """A later turn ("make it cheeky"): the model is asked whether what it says is about
-    this answer only or about every future piece of that work, reading the request before
-    it; its P decides, whatever triage's P."""
+    this answer only or about every future piece of that work, reading the turn alone (read
+    after the request, it separated less); its P decides, whatever triage's P."""
     llm = QuoteScored(["Make the message cheeky"], "", 0.0, p_triage, p_again, name="Cheeky")
     asked = []
     real = llm.choice_logprobs
@@ -1028,7 +1028,7 @@ def test_a_later_turn_goes_on_only_where_it_is_about_every_piece_of_that_work(
         TWEAK, "turn")
     assert ("extract" in llm.calls) == learned, (llm.calls, [a.reason for a in actions])
     assert llm.calls.count("lasting") == 1  # the opening gets the opening check instead
-    assert asked == ["Earlier: Write a leaving card message for Dave from the warehouse.\n"
+    assert asked == ["Earlier: \n"
                      "Newest: Too formal, he's a laugh. Make it cheeky and mention his forklift."]
 
 
